@@ -78,12 +78,12 @@ int main (void)
       die ("read");
   printf ("%d members joined (UNIX_GROUP_MEMBERS says %d)\n", NR_MEMBERS, members (group));
 
+  printf ("sending once to the group from a non-member\n");
+  fflush (stdout);
   sender = socket (AF_UNIX, SOCK_DGRAM, 0);
   if (sender < 0 || sendto (sender, text, sizeof text, 0,
                             (struct sockaddr *) &mreq.address, mreq.address_len) < 0)
     die ("sendto");
-  printf ("sent once to the group from a non-member\n");
-  fflush (stdout);
 
   for (i = 0; i < NR_MEMBERS; i++)
     {
