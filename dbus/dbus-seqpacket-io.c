@@ -28,17 +28,27 @@ struct DBusSeqpacketFraming
   /** Bytes of the current message still to come in further packets; 0
    * when the next packet must start a new message. */
   dbus_uint32_t remaining;
+  /** Whether to log framing violations (server side: a misbehaving
+   * client should be visible in the daemon's log) */
+  dbus_bool_t log_violations;
 };
 
 /**
  * Creates the receive-side framing state of one connection.
  *
+ * @param log_violations #TRUE to log framing violations as warnings
+ *   (_dbus_log(), which the daemon sends to its log)
  * @returns the new state, or #NULL if no memory
  */
 DBusSeqpacketFraming *
-_dbus_seqpacket_framing_new (void)
+_dbus_seqpacket_framing_new (dbus_bool_t log_violations)
 {
-  return dbus_new0 (DBusSeqpacketFraming, 1);
+  DBusSeqpacketFraming *framing = dbus_new0 (DBusSeqpacketFraming, 1);
+
+  if (framing != NULL)
+    framing->log_violations = log_violations;
+
+  return framing;
 }
 
 /**
@@ -294,6 +304,30 @@ message_length (const unsigned char *p)
   return (dbus_uint32_t) total;
 }
 
+static void
+report_violation (DBusSeqpacketFraming *framing,
+                  DBusSocket            fd,
+                  const char           *violation,
+                  int                   packet_len)
+{
+  struct ucred cred;
+  socklen_t len = sizeof (cred);
+  unsigned long pid = 0;
+
+  _dbus_verbose ("SOCK_SEQPACKET framing violation: %s (%d-byte packet)\n",
+                 violation, packet_len);
+
+  if (!framing->log_violations)
+    return;
+
+  if (getsockopt (fd.fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) == 0)
+    pid = cred.pid;
+
+  _dbus_log (DBUS_SYSTEM_LOG_WARNING,
+             "Disconnecting SOCK_SEQPACKET peer (pid %lu): %s",
+             pid, violation);
+}
+
 /**
  * Reads one packet of message data (after BEGIN) into buffer and checks
  * it against the framing rules of dbus-seqpacket-io.h.
@@ -319,6 +353,12 @@ _dbus_seqpacket_read_message (DBusSeqpacketFraming *framing,
   const char *violation = NULL;
 
   got = read_packet (fd, buffer, DBUS_SEQPACKET_FRAGMENT_SIZE, fds, n_fds);
+  if (got < 0 && errno == EPROTO)
+    {
+      report_violation (framing, fd, "packet longer than the fragment size", -1);
+      errno = EPROTO;
+      return -1;
+    }
   if (got <= 0)
     return got;
 
@@ -354,8 +394,7 @@ _dbus_seqpacket_read_message (DBusSeqpacketFraming *framing,
 
   if (violation != NULL)
     {
-      _dbus_verbose ("SOCK_SEQPACKET framing violation: %s (%d-byte packet)\n",
-                     violation, got);
+      report_violation (framing, fd, violation, got);
       if (fds != NULL)
         {
           close_fds (fds, *n_fds);

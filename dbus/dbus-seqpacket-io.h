@@ -17,7 +17,8 @@
  * A receiver that sees anything else (a packet holding more than one
  * message, a short fragment, a fragment that is too long, an invalid fixed
  * header) fails the read with EPROTO, and the transport disconnects that
- * peer.
+ * peer; on the server side (dbus-daemon) the violation is also logged as a
+ * warning naming the peer's pid.
  *
  * Copyright (C) 2026 dbus-mcast contributors
  * Licensed under the Academic Free License version 2.1 or the GNU General
@@ -46,7 +47,7 @@ DBUS_BEGIN_DECLS
  * message. */
 typedef struct DBusSeqpacketFraming DBusSeqpacketFraming;
 
-DBusSeqpacketFraming *_dbus_seqpacket_framing_new  (void);
+DBusSeqpacketFraming *_dbus_seqpacket_framing_new  (dbus_bool_t           log_violations);
 void                  _dbus_seqpacket_framing_free (DBusSeqpacketFraming *framing);
 
 dbus_bool_t _dbus_socket_is_seqpacket (DBusSocket fd);

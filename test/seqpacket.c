@@ -18,6 +18,7 @@
 #include <glib/gstdio.h>
 
 #include <errno.h>
+#include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
 #include <string.h>
@@ -48,6 +49,7 @@ typedef struct
   gchar *seq_address;
   gchar *stream_address;
   gchar *seq_path;
+  gchar *daemon_log;
 } Fixture;
 
 static const gchar *
@@ -102,11 +104,19 @@ write_config (const gchar *dir)
   return path;
 }
 
-/* A daemon must not outlive a test that failed half-way */
+/* A daemon must not outlive a test that failed half-way; with data, its
+ * stderr (where it logs) goes to that file */
 static void
 die_with_parent (gpointer data)
 {
   prctl (PR_SET_PDEATHSIG, SIGTERM);
+  if (data != NULL)
+    {
+      int fd = open (data, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
+
+      if (fd >= 0)
+        dup2 (fd, 2);
+    }
 }
 
 static void
@@ -127,10 +137,11 @@ setup (Fixture       *f,
   f->tmpdir = g_dir_make_tmp ("dbus-mcast-test-XXXXXX", &error);
   g_assert_no_error (error);
   f->config = write_config (f->tmpdir);
+  f->daemon_log = g_build_filename (f->tmpdir, "daemon.log", NULL);
   argv[1] = g_strdup_printf ("--config-file=%s", f->config);
 
   g_spawn_async_with_pipes (NULL, argv, NULL, G_SPAWN_DO_NOT_REAP_CHILD,
-                            die_with_parent, NULL, &f->daemon_pid, NULL,
+                            die_with_parent, f->daemon_log, &f->daemon_pid, NULL,
                             &out_fd, NULL, &error);
   g_assert_no_error (error);
 
@@ -190,6 +201,15 @@ teardown (Fixture       *f,
   waitpid (f->daemon_pid, NULL, 0);
   g_spawn_close_pid (f->daemon_pid);
 
+  {
+    gchar *log = NULL;
+
+    if (g_file_get_contents (f->daemon_log, &log, NULL, NULL) && log[0] != '\0')
+      g_test_message ("dbus-daemon's log:\n%s", log);
+    g_free (log);
+  }
+  g_unlink (f->daemon_log);
+  g_free (f->daemon_log);
   g_unlink (f->config);
   g_unlink (f->seq_path);
   g_rmdir (f->tmpdir);
@@ -827,8 +847,8 @@ test_malformed (Fixture *f, gconstpointer data)
       break;
     case BAD_SHORT_FRAGMENT:
       {
-        /* Header of a 200 KiB message, then a first fragment that is not
-         * FRAGMENT_SIZE long */
+        /* A 200 KiB message: a correct first fragment, then a second
+         * one that is neither FRAGMENT_SIZE long nor the rest */
         DBusMessage *m = dbus_message_new_method_call (DBUS_SERVICE_DBUS,
                                                        DBUS_PATH_DBUS,
                                                        DBUS_INTERFACE_PEER,
@@ -842,7 +862,8 @@ test_malformed (Fixture *f, gconstpointer data)
                                                  DBUS_TYPE_INVALID));
         dbus_message_set_serial (m, 3);
         g_assert_true (dbus_message_marshal (m, &bytes, &blen));
-        send_packet (fd, bytes, 1000);
+        send_packet (fd, bytes, FRAGMENT_SIZE);
+        send_packet (fd, bytes + FRAGMENT_SIZE, 1000);
         dbus_free (bytes);
         dbus_message_unref (m);
         g_free (payload);
@@ -861,6 +882,23 @@ test_malformed (Fixture *f, gconstpointer data)
   lost = wait_for_message (observer, is_name_lost_by, unique_copy);
   dbus_message_unref (lost);
   g_free (unique_copy);
+
+  /* The daemon says why, naming the offender */
+  {
+    const gchar *why[] = { "truncated message", "invalid message header",
+                           "packet holds more than one message",
+                           "packet too short for a message header",
+                           "packet longer than the fragment size",
+                           "fragment of the wrong length" };
+    gchar *expected = g_strdup_printf ("Disconnecting SOCK_SEQPACKET peer (pid %lu): %s",
+                                       (unsigned long) getpid (), why[kind]);
+    gchar *log = NULL;
+
+    g_assert_true (g_file_get_contents (f->daemon_log, &log, NULL, NULL));
+    g_assert_nonnull (strstr (log, expected));
+    g_free (log);
+    g_free (expected);
+  }
 
   /* Everybody else is unaffected */
   g_assert_true (daemon_alive (f));
