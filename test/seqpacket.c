@@ -1158,6 +1158,97 @@ test_unmodified_clients (Fixture *f, gconstpointer data)
   g_free (addr_arg);
 }
 
+/* dbus-daemon --address with the other unixseq: forms; bad addresses */
+static void
+test_addresses (Fixture *f, gconstpointer data)
+{
+  gchar *daemon = stage_file ("bin/dbus-daemon");
+  gchar *abstract = g_strdup_printf ("dbus-mcast-test-%d", (int) getpid ());
+  gchar *explicit_path = g_build_filename (f->tmpdir, "explicit-seq", NULL);
+  gchar *forms[2];
+  const gchar *bad[] = { "unixseq:", "unixseq:path=/a,abstract=b",
+                         "unixseq:runtime=yes" };
+  DBusError error = DBUS_ERROR_INIT;
+  gsize i;
+
+  forms[0] = g_strdup_printf ("unixseq:abstract=%s", abstract);
+  forms[1] = g_strdup_printf ("unixseq:path=%s", explicit_path);
+
+  for (i = 0; i < G_N_ELEMENTS (forms); i++)
+    {
+      gchar *cfg = g_strdup_printf ("--config-file=%s", f->config);
+      gchar *addr = g_strdup_printf ("--address=%s", forms[i]);
+      gchar *argv[] = { daemon, cfg, addr, "--print-address=1", "--nofork", NULL };
+      GError *gerror = NULL;
+      GPid pid;
+      gint out_fd;
+      gchar buf[512];
+      gssize n = 0;
+      DBusConnection *c;
+
+      g_spawn_async_with_pipes (NULL, argv, NULL, G_SPAWN_DO_NOT_REAP_CHILD,
+                                die_with_parent, NULL, &pid, NULL, &out_fd,
+                                NULL, &gerror);
+      g_assert_no_error (gerror);
+      while (n < (gssize) sizeof (buf) - 1 && (n == 0 || buf[n - 1] != '\n'))
+        {
+          gssize r = read (out_fd, buf + n, sizeof (buf) - 1 - n);
+
+          g_assert_cmpint (r, >, 0);
+          n += r;
+        }
+      buf[n - 1] = '\0';
+      close (out_fd);
+      /* --address replaces the <listen> elements: only this one */
+      g_assert_true (g_str_has_prefix (buf, forms[i]));
+      g_assert_null (strchr (buf, ';'));
+
+      c = connect_bus (buf);
+      g_assert_cmpint (socket_type (c), ==, SOCK_SEQPACKET);
+      disconnect_bus (c);
+
+      kill (pid, SIGTERM);
+      waitpid (pid, NULL, 0);
+      g_spawn_close_pid (pid);
+      g_free (cfg);
+      g_free (addr);
+    }
+  /* The socket file is removed when the daemon exits */
+  g_assert_false (g_file_test (explicit_path, G_FILE_TEST_EXISTS));
+
+  for (i = 0; i < G_N_ELEMENTS (bad); i++)
+    {
+      DBusServer *server = dbus_server_listen (bad[i], &error);
+      DBusConnection *c;
+
+      g_assert_null (server);
+      g_assert_cmpstr (error.name, ==, DBUS_ERROR_BAD_ADDRESS);
+      dbus_error_free (&error);
+
+      c = dbus_connection_open_private (bad[i], &error);
+      g_assert_null (c);
+      g_assert_cmpstr (error.name, ==, DBUS_ERROR_BAD_ADDRESS);
+      dbus_error_free (&error);
+    }
+
+  /* Nobody listening: a clear connection error, not a hang */
+  {
+    gchar *nowhere = g_strdup_printf ("unixseq:path=%s/nowhere", f->tmpdir);
+    DBusConnection *c = dbus_connection_open_private (nowhere, &error);
+
+    g_assert_null (c);
+    g_assert_cmpstr (error.name, ==, DBUS_ERROR_FILE_NOT_FOUND);
+    dbus_error_free (&error);
+    g_free (nowhere);
+  }
+
+  g_free (forms[0]);
+  g_free (forms[1]);
+  g_free (abstract);
+  g_free (explicit_path);
+  g_free (daemon);
+}
+
 int
 main (int argc, char **argv)
 {
@@ -1180,6 +1271,7 @@ main (int argc, char **argv)
   ADD ("/seqpacket/malformed/oversized", test_malformed, GINT_TO_POINTER (BAD_OVERSIZED));
   ADD ("/seqpacket/malformed/short-fragment", test_malformed, GINT_TO_POINTER (BAD_SHORT_FRAGMENT));
   ADD ("/seqpacket/many-clients", test_many_clients, NULL);
+  ADD ("/seqpacket/addresses", test_addresses, NULL);
   ADD ("/seqpacket/tools", test_tools, NULL);
   ADD ("/seqpacket/unmodified/libdbus", test_unmodified_clients, "libdbus");
   ADD ("/seqpacket/unmodified/gdbus", test_unmodified_clients, "gdbus");
