@@ -440,6 +440,7 @@ _dbus_seqpacket_write_message (DBusSocket        fd,
   char *control = NULL;
   ssize_t bytes;
   int saved_errno;
+  dbus_bool_t raised_sndbuf = FALSE;
 
   _dbus_assert (done < header_len + body_len);
 
@@ -492,6 +493,18 @@ _dbus_seqpacket_write_message (DBusSocket        fd,
   bytes = sendmsg (fd.fd, &m, MSG_NOSIGNAL);
   if (bytes < 0 && errno == EINTR)
     goto again;
+
+  if (bytes < 0 && errno == EMSGSIZE && !raised_sndbuf)
+    {
+      /* The send buffer is smaller than one fragment (a small
+       * net.core.wmem_default): raise it once, within wmem_max. */
+      int size = 4 * DBUS_SEQPACKET_FRAGMENT_SIZE;
+
+      raised_sndbuf = TRUE;
+      if (setsockopt (fd.fd, SOL_SOCKET, SO_SNDBUF, &size, sizeof (size)) == 0)
+        goto again;
+      errno = EMSGSIZE;
+    }
 
   saved_errno = errno;
   dbus_free (control);

@@ -639,6 +639,31 @@ test_fragment_boundaries (Fixture *f, gconstpointer data)
   disconnect_bus (seq2);
 }
 
+/* A send buffer smaller than one fragment (as with a small
+ * net.core.wmem_default): the transport raises it instead of failing */
+static void
+test_small_sndbuf (Fixture *f, gconstpointer data)
+{
+  DBusConnection *seq = connect_bus (f->seq_address);
+  DBusConnection *seq2 = connect_bus (f->seq_address);
+  int fd = -1;
+  int size = 8192;
+  socklen_t len = sizeof (size);
+
+  g_assert_true (dbus_connection_get_socket (seq, &fd));
+  g_assert_cmpint (setsockopt (fd, SOL_SOCKET, SO_SNDBUF, &size, sizeof (size)), ==, 0);
+  g_assert_cmpint (getsockopt (fd, SOL_SOCKET, SO_SNDBUF, &size, &len), ==, 0);
+  g_assert_cmpint (size, <, FRAGMENT_SIZE);
+
+  big_roundtrip (seq, seq2, 3 * FRAGMENT_SIZE, 7);
+
+  g_assert_cmpint (getsockopt (fd, SOL_SOCKET, SO_SNDBUF, &size, &len), ==, 0);
+  g_assert_cmpint (size, >, FRAGMENT_SIZE);
+
+  disconnect_bus (seq);
+  disconnect_bus (seq2);
+}
+
 /* ---- raw SOCK_SEQPACKET peers ------------------------------------------ */
 
 static void
@@ -1264,6 +1289,7 @@ main (int argc, char **argv)
   ADD ("/seqpacket/fd-passing", test_fd_passing, NULL);
   ADD ("/seqpacket/large/fragment-boundaries", test_fragment_boundaries, NULL);
   ADD ("/seqpacket/large/64mib", test_large_64mib, NULL);
+  ADD ("/seqpacket/large/small-sndbuf", test_small_sndbuf, NULL);
   ADD ("/seqpacket/malformed/truncated", test_malformed, GINT_TO_POINTER (BAD_TRUNCATED));
   ADD ("/seqpacket/malformed/garbage", test_malformed, GINT_TO_POINTER (BAD_GARBAGE));
   ADD ("/seqpacket/malformed/two-in-one-packet", test_malformed, GINT_TO_POINTER (BAD_TWO_IN_ONE));
