@@ -140,9 +140,30 @@ setup (Fixture       *f,
   f->daemon_log = g_build_filename (f->tmpdir, "daemon.log", NULL);
   argv[1] = g_strdup_printf ("--config-file=%s", f->config);
 
-  g_spawn_async_with_pipes (NULL, argv, NULL, G_SPAWN_DO_NOT_REAP_CHILD,
-                            die_with_parent, f->daemon_log, &f->daemon_pid, NULL,
-                            &out_fd, NULL, &error);
+  /* DBUS_MCAST_DAEMON_WRAPPER, e.g. "valgrind --log-file=...": run the
+   * daemon under a checker */
+  if (g_getenv ("DBUS_MCAST_DAEMON_WRAPPER") != NULL)
+    {
+      gchar **wrapper = g_strsplit (g_getenv ("DBUS_MCAST_DAEMON_WRAPPER"), " ", -1);
+      GPtrArray *full = g_ptr_array_new ();
+      guint i;
+
+      for (i = 0; wrapper[i] != NULL; i++)
+        g_ptr_array_add (full, wrapper[i]);
+      for (i = 0; argv[i] != NULL; i++)
+        g_ptr_array_add (full, argv[i]);
+      g_ptr_array_add (full, NULL);
+      g_spawn_async_with_pipes (NULL, (gchar **) full->pdata, NULL,
+                                G_SPAWN_DO_NOT_REAP_CHILD | G_SPAWN_SEARCH_PATH,
+                                die_with_parent, f->daemon_log, &f->daemon_pid,
+                                NULL, &out_fd, NULL, &error);
+      g_ptr_array_free (full, TRUE);
+      g_strfreev (wrapper);
+    }
+  else
+    g_spawn_async_with_pipes (NULL, argv, NULL, G_SPAWN_DO_NOT_REAP_CHILD,
+                              die_with_parent, f->daemon_log, &f->daemon_pid, NULL,
+                              &out_fd, NULL, &error);
   g_assert_no_error (error);
 
   /* The address line: both entries, SEQPACKET first (later <listen> wins) */
