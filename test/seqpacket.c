@@ -1204,6 +1204,150 @@ test_unmodified_clients (Fixture *f, gconstpointer data)
   g_free (addr_arg);
 }
 
+/* Peer-to-peer: a plain DBusServer on unixseq: and a client thread */
+typedef struct
+{
+  DBusWatch *watch;
+  DBusConnection *accepted;
+} P2PServer;
+
+static dbus_bool_t
+p2p_add_watch (DBusWatch *watch, void *data)
+{
+  P2PServer *s = data;
+
+  if (dbus_watch_get_flags (watch) & DBUS_WATCH_READABLE)
+    s->watch = watch;
+  return TRUE;
+}
+
+static void
+p2p_remove_watch (DBusWatch *watch, void *data)
+{
+  P2PServer *s = data;
+
+  if (s->watch == watch)
+    s->watch = NULL;
+}
+
+static void
+p2p_new_connection (DBusServer *server, DBusConnection *c, void *data)
+{
+  P2PServer *s = data;
+
+  g_assert_null (s->accepted);
+  s->accepted = dbus_connection_ref (c);
+}
+
+static gpointer
+p2p_client (gpointer address)
+{
+  DBusError error = DBUS_ERROR_INIT;
+  DBusConnection *c = dbus_connection_open_private (address, &error);
+  DBusMessage *call;
+  DBusMessage *reply;
+  const char *text = "peer to peer";
+  const char *answer = NULL;
+  int pipe_fds[2];
+
+  assert_no_dbus_error (&error);
+  dbus_connection_set_exit_on_disconnect (c, FALSE);
+  g_assert_cmpint (socket_type (c), ==, SOCK_SEQPACKET);
+
+  /* fd passing is negotiated in SASL: authenticate first (as for unix:) */
+  while (!dbus_connection_get_is_authenticated (c))
+    g_assert_true (dbus_connection_read_write (c, 100));
+  g_assert_true (dbus_connection_can_send_type (c, DBUS_TYPE_UNIX_FD));
+
+  g_assert_cmpint (pipe (pipe_fds), ==, 0);
+  call = dbus_message_new_method_call (NULL, TEST_PATH, TEST_IFACE, "Echo");
+  g_assert_true (dbus_message_append_args (call, DBUS_TYPE_STRING, &text,
+                                           DBUS_TYPE_UNIX_FD, &pipe_fds[1],
+                                           DBUS_TYPE_INVALID));
+  close (pipe_fds[1]);
+  reply = dbus_connection_send_with_reply_and_block (c, call, 30000, &error);
+  assert_no_dbus_error (&error);
+  g_assert_true (dbus_message_get_args (reply, NULL, DBUS_TYPE_STRING, &answer,
+                                        DBUS_TYPE_INVALID));
+  g_assert_cmpstr (answer, ==, text);
+  {
+    char buf[8] = { 0 };
+
+    /* the server wrote into the pipe through the fd we passed */
+    g_assert_cmpint (read (pipe_fds[0], buf, sizeof (buf)), ==, 3);
+    g_assert_cmpstr (buf, ==, "p2p");
+  }
+  close (pipe_fds[0]);
+  dbus_message_unref (reply);
+  dbus_message_unref (call);
+  dbus_connection_close (c);
+  dbus_connection_unref (c);
+  return NULL;
+}
+
+static void
+test_peer_to_peer (Fixture *f, gconstpointer data)
+{
+  DBusError error = DBUS_ERROR_INIT;
+  gchar *listen = g_strdup_printf ("unixseq:dir=%s", f->tmpdir);
+  P2PServer s = { NULL, NULL };
+  DBusServer *server;
+  char *address;
+  GThread *client;
+  gint64 deadline = g_get_monotonic_time () + TIMEOUT_US;
+  DBusMessage *call;
+  DBusMessage *reply;
+  const char *text = NULL;
+  int fd = -1;
+
+  dbus_threads_init_default ();
+  server = dbus_server_listen (listen, &error);
+  assert_no_dbus_error (&error);
+  address = dbus_server_get_address (server);
+  g_assert_true (g_str_has_prefix (address, "unixseq:path="));
+  g_assert_nonnull (strstr (address, ",guid="));
+  g_assert_true (dbus_server_set_watch_functions (server, p2p_add_watch,
+                                                  p2p_remove_watch, NULL,
+                                                  &s, NULL));
+  dbus_server_set_new_connection_function (server, p2p_new_connection, &s, NULL);
+
+  client = g_thread_new ("p2p-client", p2p_client, address);
+
+  while (s.accepted == NULL)
+    {
+      struct pollfd p = { -1, POLLIN, 0 };
+
+      g_assert_cmpint (g_get_monotonic_time (), <, deadline);
+      g_assert_nonnull (s.watch);
+      p.fd = dbus_watch_get_unix_fd (s.watch);
+      if (poll (&p, 1, 100) == 1)
+        dbus_watch_handle (s.watch, DBUS_WATCH_READABLE);
+    }
+
+  dbus_connection_set_exit_on_disconnect (s.accepted, FALSE);
+  call = wait_for_message (s.accepted, is_method_call, "Echo");
+  g_assert_true (dbus_message_get_args (call, NULL, DBUS_TYPE_STRING, &text,
+                                        DBUS_TYPE_UNIX_FD, &fd,
+                                        DBUS_TYPE_INVALID));
+  g_assert_cmpint (write (fd, "p2p", 3), ==, 3);
+  close (fd);
+  reply = dbus_message_new_method_return (call);
+  g_assert_true (dbus_message_append_args (reply, DBUS_TYPE_STRING, &text,
+                                           DBUS_TYPE_INVALID));
+  send_flush (s.accepted, reply);
+  dbus_message_unref (reply);
+  dbus_message_unref (call);
+
+  g_thread_join (client);
+
+  dbus_connection_close (s.accepted);
+  dbus_connection_unref (s.accepted);
+  dbus_server_disconnect (server);
+  dbus_server_unref (server);
+  dbus_free (address);
+  g_free (listen);
+}
+
 /* dbus-daemon --address with the other unixseq: forms; bad addresses */
 static void
 test_addresses (Fixture *f, gconstpointer data)
@@ -1319,6 +1463,7 @@ main (int argc, char **argv)
   ADD ("/seqpacket/malformed/short-fragment", test_malformed, GINT_TO_POINTER (BAD_SHORT_FRAGMENT));
   ADD ("/seqpacket/many-clients", test_many_clients, NULL);
   ADD ("/seqpacket/addresses", test_addresses, NULL);
+  ADD ("/seqpacket/peer-to-peer", test_peer_to_peer, NULL);
   ADD ("/seqpacket/tools", test_tools, NULL);
   ADD ("/seqpacket/unmodified/libdbus", test_unmodified_clients, "libdbus");
   ADD ("/seqpacket/unmodified/gdbus", test_unmodified_clients, "gdbus");
