@@ -1,0 +1,75 @@
+/* -*- mode: C; c-file-style: "gnu"; indent-tabs-mode: nil; -*- */
+/* dbus-seqpacket-io.h  Packet I/O and framing for SOCK_SEQPACKET transports
+ *
+ * What this module is for: a SOCK_SEQPACKET socket preserves packet
+ * boundaries, so it cannot be read like a byte stream (a short read throws
+ * the rest of the packet away) and it is the unit a later kernel multicast
+ * group will deliver.  This module moves whole packets between the socket
+ * and libdbus' buffers and enforces the dbus-mcast framing (see
+ * doc/dbus-fork.md):
+ *
+ *  - before BEGIN (SASL and the credentials byte) packets are stream data;
+ *  - after BEGIN every D-Bus message starts a new packet; a message of at
+ *    most DBUS_SEQPACKET_FRAGMENT_SIZE bytes is exactly one packet, a longer
+ *    one is sent as consecutive packets of exactly that size, the last one
+ *    holding the rest; unix fds travel with the first packet.
+ *
+ * A receiver that sees anything else (a packet holding more than one
+ * message, a short fragment, a fragment that is too long, an invalid fixed
+ * header) fails the read with EPROTO, and the transport disconnects that
+ * peer; on the server side (dbus-daemon) the violation is also logged as a
+ * warning naming the peer's pid.
+ *
+ * Copyright (C) 2026 dbus-mcast contributors
+ * Licensed under the Academic Free License version 2.1 or the GNU General
+ * Public License version 2 or later, like the rest of libdbus.
+ */
+#ifndef DBUS_SEQPACKET_IO_H
+#define DBUS_SEQPACKET_IO_H
+
+#include <dbus/dbus-internals.h>
+#include <dbus/dbus-string.h>
+#include <dbus/dbus-sysdeps.h>
+
+DBUS_BEGIN_DECLS
+
+/** Largest packet a sender puts on the wire after BEGIN; part of the
+ * protocol (a receiver checks that fragments of a long message have
+ * exactly this size). 64 KiB fits the default socket buffer
+ * (net.core.wmem_default, 208 KiB) with room for several packets, needs no
+ * privileged SO_SNDBUFFORCE and keeps kernel allocations small. */
+#define DBUS_SEQPACKET_FRAGMENT_SIZE 65536
+
+/** Largest packet accepted before BEGIN (the SASL buffer limit). */
+#define DBUS_SEQPACKET_MAX_AUTH_PACKET 16384
+
+/** Receive-side state of one connection: where we are in the current
+ * message. */
+typedef struct DBusSeqpacketFraming DBusSeqpacketFraming;
+
+DBusSeqpacketFraming *_dbus_seqpacket_framing_new  (dbus_bool_t           log_violations);
+void                  _dbus_seqpacket_framing_free (DBusSeqpacketFraming *framing);
+
+dbus_bool_t _dbus_socket_is_seqpacket (DBusSocket fd);
+
+int _dbus_seqpacket_read_stream    (DBusSocket            fd,
+                                    DBusString           *buffer);
+int _dbus_seqpacket_write_stream   (DBusSocket            fd,
+                                    const DBusString     *buffer,
+                                    int                   start,
+                                    int                   len);
+int _dbus_seqpacket_read_message   (DBusSeqpacketFraming *framing,
+                                    DBusSocket            fd,
+                                    DBusString           *buffer,
+                                    int                  *fds,
+                                    unsigned int         *n_fds);
+int _dbus_seqpacket_write_message  (DBusSocket            fd,
+                                    const DBusString     *header,
+                                    const DBusString     *body,
+                                    int                   bytes_already_written,
+                                    const int            *fds,
+                                    int                   n_fds);
+
+DBUS_END_DECLS
+
+#endif /* DBUS_SEQPACKET_IO_H */

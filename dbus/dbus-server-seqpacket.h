@@ -1,0 +1,37 @@
+/* -*- mode: C; c-file-style: "gnu"; indent-tabs-mode: nil; -*- */
+/* dbus-server-seqpacket.h  Server side of the "unixseq:" transport
+ *
+ * What this module is for: dbus_server_listen() (and so dbus-daemon's
+ * <listen> element and --address option) on a Unix SOCK_SEQPACKET socket:
+ *
+ *   unixseq:path=/run/dbus/seq_socket     a socket file at that path
+ *   unixseq:abstract=NAME                 a Linux abstract socket
+ *   unixseq:dir=/tmp, unixseq:tmpdir=/tmp a new socket file dbus-seq-XXXXXXXXXX
+ *                                         in that directory
+ *
+ * The listening server is the ordinary socket server: it accepts, and the
+ * socket transport it creates for each client switches to packet I/O
+ * because the accepted socket is SOCK_SEQPACKET.
+ *
+ * Copyright (C) 2026 dbus-mcast contributors
+ * Licensed under the Academic Free License version 2.1 or the GNU General
+ * Public License version 2 or later, like the rest of libdbus.
+ */
+#ifndef DBUS_SERVER_SEQPACKET_H
+#define DBUS_SERVER_SEQPACKET_H
+
+#include <dbus/dbus-server-protected.h>
+
+DBUS_BEGIN_DECLS
+
+DBusServer *_dbus_server_new_for_seqpacket (const char  *path,
+                                            dbus_bool_t  abstract,
+                                            DBusError   *error);
+
+DBusServerListenResult _dbus_server_listen_seqpacket (DBusAddressEntry  *entry,
+                                                      DBusServer       **server_p,
+                                                      DBusError         *error);
+
+DBUS_END_DECLS
+
+#endif /* DBUS_SERVER_SEQPACKET_H */

@@ -1,0 +1,31 @@
+/* -*- mode: C; c-file-style: "gnu"; indent-tabs-mode: nil; -*- */
+/* dbus-sysdeps-seqpacket.h  Unix SOCK_SEQPACKET sockets: connect and listen
+ *
+ * What this module is for: the SOCK_SEQPACKET counterparts of
+ * _dbus_connect_unix_socket() and _dbus_listen_unix_socket() (which only
+ * make SOCK_STREAM sockets).  Same naming rules: a path in the file system
+ * or a Linux abstract name.  Returned sockets are non-blocking and
+ * close-on-exec.
+ *
+ * Copyright (C) 2026 dbus-mcast contributors
+ * Licensed under the Academic Free License version 2.1 or the GNU General
+ * Public License version 2 or later, like the rest of libdbus.
+ */
+#ifndef DBUS_SYSDEPS_SEQPACKET_H
+#define DBUS_SYSDEPS_SEQPACKET_H
+
+#include <dbus/dbus-internals.h>
+#include <dbus/dbus-sysdeps.h>
+
+DBUS_BEGIN_DECLS
+
+DBusSocket _dbus_connect_unix_seqpacket (const char  *path,
+                                         dbus_bool_t  abstract,
+                                         DBusError   *error);
+DBusSocket _dbus_listen_unix_seqpacket  (const char  *path,
+                                         dbus_bool_t  abstract,
+                                         DBusError   *error);
+
+DBUS_END_DECLS
+
+#endif /* DBUS_SYSDEPS_SEQPACKET_H */
