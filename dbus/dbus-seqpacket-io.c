@@ -80,13 +80,28 @@ _dbus_socket_is_seqpacket (DBusSocket fd)
   return type == SOCK_SEQPACKET;
 }
 
-static void
-close_fds (int *fds, unsigned int n)
+/* Undoes a packet that cannot be delivered: closes the unix fds that came
+ * with it (fds may be NULL), drops its bytes from buffer (they start at
+ * start), and fails with error_number.  Returns -1 for the caller to
+ * return. */
+static int
+discard_packet (DBusString   *buffer,
+                int           start,
+                int          *fds,
+                unsigned int *n_fds,
+                int           error_number)
 {
   unsigned int i;
 
-  for (i = 0; i < n; i++)
-    close (fds[i]);
+  if (fds != NULL)
+    {
+      for (i = 0; i < *n_fds; i++)
+        close (fds[i]);
+      *n_fds = 0;
+    }
+  _dbus_string_set_length (buffer, start);
+  errno = error_number;
+  return -1;
 }
 
 /* Appends exactly one packet of at most max_len bytes to buffer.  With
@@ -209,25 +224,12 @@ read_packet (DBusSocket    fd,
         {
           /* More fds than the loader has room for: the kernel closed the
            * rest, so this message cannot be delivered intact. */
-          close_fds (fds, *n_fds);
-          *n_fds = 0;
-          _dbus_string_set_length (buffer, start);
-          errno = ENOSPC;
-          return -1;
+          return discard_packet (buffer, start, fds, n_fds, ENOSPC);
         }
     }
 
   if (got != size || (m.msg_flags & MSG_TRUNC))
-    {
-      if (fds != NULL)
-        {
-          close_fds (fds, *n_fds);
-          *n_fds = 0;
-        }
-      _dbus_string_set_length (buffer, start);
-      errno = EPROTO;
-      return -1;
-    }
+    return discard_packet (buffer, start, fds, n_fds, EPROTO);
 
   return got;
 }
@@ -395,14 +397,7 @@ _dbus_seqpacket_read_message (DBusSeqpacketFraming *framing,
   if (violation != NULL)
     {
       report_violation (framing, fd, violation, got);
-      if (fds != NULL)
-        {
-          close_fds (fds, *n_fds);
-          *n_fds = 0;
-        }
-      _dbus_string_set_length (buffer, start);
-      errno = EPROTO;
-      return -1;
+      return discard_packet (buffer, start, fds, n_fds, EPROTO);
     }
 
   return got;

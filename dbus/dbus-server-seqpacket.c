@@ -36,7 +36,6 @@ _dbus_server_new_for_seqpacket (const char  *path,
   DBusServer *server = NULL;
   DBusSocket listen_fd;
   DBusString address;
-  DBusString path_str;
   char *path_copy = NULL;
 
   _DBUS_ASSERT_ERROR_IS_CLEAR (error);
@@ -47,10 +46,7 @@ _dbus_server_new_for_seqpacket (const char  *path,
       return NULL;
     }
 
-  _dbus_string_init_const (&path_str, path);
-  if (!_dbus_string_append (&address, DBUS_SEQPACKET_TRANSPORT_NAME) ||
-      !_dbus_string_append (&address, abstract ? ":abstract=" : ":path=") ||
-      !_dbus_address_append_escaped (&address, &path_str))
+  if (!_dbus_seqpacket_append_address (&address, path, abstract))
     {
       _DBUS_SET_OOM (error);
       goto out;

@@ -19,6 +19,28 @@
 #include <string.h>
 
 /**
+ * Appends the unixseq: address of a socket, as clients and servers
+ * advertise it.
+ *
+ * @param address where to append
+ * @param path the socket path or abstract name
+ * @param abstract #TRUE for a Linux abstract name
+ * @returns #FALSE if no memory
+ */
+dbus_bool_t
+_dbus_seqpacket_append_address (DBusString  *address,
+                                const char  *path,
+                                dbus_bool_t  abstract)
+{
+  DBusString path_str;
+
+  _dbus_string_init_const (&path_str, path);
+  return _dbus_string_append (address, DBUS_SEQPACKET_TRANSPORT_NAME) &&
+         _dbus_string_append (address, abstract ? ":abstract=" : ":path=") &&
+         _dbus_address_append_escaped (address, &path_str);
+}
+
+/**
  * Connects to a SOCK_SEQPACKET socket and wraps it in a transport.
  *
  * @param path the socket path or abstract name
@@ -34,7 +56,6 @@ _dbus_transport_new_for_seqpacket (const char  *path,
   DBusSocket fd;
   DBusTransport *transport = NULL;
   DBusString address;
-  DBusString path_str;
 
   _DBUS_ASSERT_ERROR_IS_CLEAR (error);
 
@@ -44,10 +65,7 @@ _dbus_transport_new_for_seqpacket (const char  *path,
       return NULL;
     }
 
-  _dbus_string_init_const (&path_str, path);
-  if (!_dbus_string_append (&address, DBUS_SEQPACKET_TRANSPORT_NAME) ||
-      !_dbus_string_append (&address, abstract ? ":abstract=" : ":path=") ||
-      !_dbus_address_append_escaped (&address, &path_str))
+  if (!_dbus_seqpacket_append_address (&address, path, abstract))
     {
       _DBUS_SET_OOM (error);
       goto out;

@@ -25,6 +25,10 @@ DBUS_BEGIN_DECLS
 /** The transport name of SOCK_SEQPACKET addresses */
 #define DBUS_SEQPACKET_TRANSPORT_NAME "unixseq"
 
+dbus_bool_t    _dbus_seqpacket_append_address    (DBusString   *address,
+                                                  const char   *path,
+                                                  dbus_bool_t   abstract);
+
 DBusTransport *_dbus_transport_new_for_seqpacket (const char   *path,
                                                   dbus_bool_t   abstract,
                                                   DBusError    *error);
