@@ -15,3 +15,62 @@ die ()
   printf '%s: error: %s\n' "$(basename "$0")" "$*" >&2
   exit 1
 }
+
+# The upstream trees (kernel, dbus) are unpacked once into a git repository
+# whose pristine state is the commit tagged "base"; our patch series is
+# checked out over it as one commit.
+
+# git_in DIR ARGS...: git in such a tree, with a fixed identity and no
+# automatic gc (tens of thousands of loose objects would start one on
+# every commit).
+git_in ()
+{
+  local dir=$1
+  shift
+  git -C "$dir" -c user.name=dbus-mcast -c user.email=build@dbus-mcast.invalid \
+      -c core.autocrlf=false -c gc.auto=0 "$@"
+}
+
+# unpack_tree DIR TARBALL MESSAGE: unless DIR already has its "base" tag,
+# unpack TARBALL (top directory stripped) into DIR and commit it as "base".
+# The tag is looked up with rev-parse: a packed tag has no file of its own.
+unpack_tree ()
+{
+  local dir=$1 tarball=$2 message=$3
+
+  git_in "$dir" rev-parse -q --verify refs/tags/base >/dev/null 2>&1 && return 0
+  stage "unpacking $(basename "$tarball") into $dir (once)"
+  rm -rf "$dir" "$dir.tmp"
+  mkdir -p "$dir.tmp"
+  tar -C "$dir.tmp" --strip-components=1 -xJf "$tarball"
+  mv "$dir.tmp" "$dir"
+  stage "recording the pristine tree in git (once)"
+  git_in "$dir" init -q
+  git_in "$dir" config gc.auto 0
+  git_in "$dir" add -A -f >/dev/null
+  git_in "$dir" commit -q -m "$message"
+  git_in "$dir" tag base
+}
+
+# apply_series DIR MESSAGE PATCH...: apply the patches to "base" in a
+# scratch index and check the result out over the current tree as one
+# commit, so files whose content did not change keep their mtime and
+# rebuilds stay incremental.
+apply_series ()
+{
+  local dir=$1 message=$2 index=$1.series-index p tree
+  shift 2
+
+  rm -f "$index"
+  GIT_INDEX_FILE=$index git_in "$dir" read-tree base
+  for p in "$@"; do
+    GIT_INDEX_FILE=$index git_in "$dir" apply --cached --whitespace=nowarn "$p" \
+      || die "patch does not apply: $p"
+  done
+  tree=$(GIT_INDEX_FILE=$index git_in "$dir" write-tree)
+  rm -f "$index"
+  if [ "$(git_in "$dir" rev-parse 'HEAD^{tree}')" != "$tree" ]; then
+    git_in "$dir" checkout -q --detach \
+      "$(git_in "$dir" commit-tree "$tree" -p base -m "$message")"
+  fi
+}
