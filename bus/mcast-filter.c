@@ -658,16 +658,13 @@ emit_header_walk (BusMcastEmitter *e,
   };
   /* types of fields with unknown codes that can be skipped */
   static const char unknown_types[] = "sogbiu";
-  int slots[] = { M_DESTINATION, M_SENDER, M_PATH, M_INTERFACE, M_MEMBER,
-                  M_SIGNATURE };
+  static const int slots[] = { M_DESTINATION, M_SENDER, M_PATH, M_INTERFACE,
+                               M_MEMBER, M_SIGNATURE };
   int i, j;
 
+  emit_stmt (e, BPF_LD | BPF_IMM, ABSENT);
   for (i = 0; i < (int) _DBUS_N_ELEMENTS (slots); i++)
-    {
-      if (i == 0)
-        emit_stmt (e, BPF_LD | BPF_IMM, ABSENT);
-      emit_stmt (e, BPF_ST, slots[i]);
-    }
+    emit_stmt (e, BPF_ST, slots[i]);
 
   /* Fixed header: at least 16 bytes, host byte order, version 1, a known
    * type, lengths below 64 KiB (a filtered packet is at most 64 KiB) */
