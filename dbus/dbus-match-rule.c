@@ -250,11 +250,7 @@ parse_arg_key (DBusMatchRule *rule,
       return FALSE;
     }
 
-  if (end == _dbus_string_get_length (&key_str))
-    {
-      /* argN */
-    }
-  else if (strcmp (key + end, "path") == 0)
+  if (strcmp (key + end, "path") == 0)
     {
       flags = DBUS_MATCH_ARG_IS_PATH;
     }
@@ -270,7 +266,7 @@ parse_arg_key (DBusMatchRule *rule,
 
       flags = DBUS_MATCH_ARG_NAMESPACE;
     }
-  else
+  else if (key[end] != '\0')
     {
       dbus_set_error (error, DBUS_ERROR_MATCH_RULE_INVALID,
                       "Key '%s' in match rule has junk after the argument "
@@ -332,7 +328,8 @@ parse_arg_key (DBusMatchRule *rule,
   return FALSE;
 }
 
-/* Validates one bus name, interface, member or path value and stores it */
+/* Handles the keys whose value is a bus name, interface, member or path,
+ * and rejects unknown keys */
 static dbus_bool_t
 parse_name_key (DBusMatchRule *rule,
                 const char    *key,
@@ -370,11 +367,9 @@ parse_name_key (DBusMatchRule *rule,
       field = &rule->member;
       valid = _dbus_validate_member (value, 0, len);
     }
-  else
+  else if (strcmp (key, "path") == 0 ||
+           strcmp (key, "path_namespace") == 0)
     {
-      _dbus_assert (strcmp (key, "path") == 0 ||
-                    strcmp (key, "path_namespace") == 0);
-
       flag = (strcmp (key, "path") == 0) ?
         DBUS_MATCH_PATH : DBUS_MATCH_PATH_NAMESPACE;
       field = &rule->path;
@@ -386,6 +381,12 @@ parse_name_key (DBusMatchRule *rule,
                           "Match rule has path or path_namespace twice");
           return FALSE;
         }
+    }
+  else
+    {
+      dbus_set_error (error, DBUS_ERROR_MATCH_RULE_INVALID,
+                      "Unknown key '%s' in match rule", key);
+      return FALSE;
     }
 
   if (rule->flags & flag)
@@ -462,23 +463,12 @@ parse_key (DBusMatchRule *rule,
 
       return TRUE;
     }
-  else if (strcmp (key, "sender") == 0 ||
-           strcmp (key, "destination") == 0 ||
-           strcmp (key, "interface") == 0 ||
-           strcmp (key, "member") == 0 ||
-           strcmp (key, "path") == 0 ||
-           strcmp (key, "path_namespace") == 0)
-    {
-      return parse_name_key (rule, key, value, error);
-    }
   else if (strncmp (key, "arg", 3) == 0)
     {
       return parse_arg_key (rule, key, value, error);
     }
 
-  dbus_set_error (error, DBUS_ERROR_MATCH_RULE_INVALID,
-                  "Unknown key '%s' in match rule", key);
-  return FALSE;
+  return parse_name_key (rule, key, value, error);
 }
 
 /**

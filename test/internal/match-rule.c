@@ -546,6 +546,72 @@ test_ref (void)
   _dbus_match_rule_unref (rule);
 }
 
+/* ---- out of memory ---- */
+
+#ifdef DBUS_ENABLE_EMBEDDED_TESTS
+/* Parses every rule of the tables; with allocations failing, a rule
+ * either parses as it does with memory, or fails with NoMemory (or its
+ * usual error), and nothing leaks */
+static dbus_bool_t
+parse_all (void        *data,
+           dbus_bool_t  have_memory)
+{
+  int blocks = _dbus_get_malloc_blocks_outstanding ();
+  gsize i;
+
+  for (i = 0; i < G_N_ELEMENTS (parse_cases) + G_N_ELEMENTS (quoting_cases); i++)
+    {
+      DBusError error = DBUS_ERROR_INIT;
+      DBusMatchRule *rule;
+      const char *text;
+      const char *expected_error;
+
+      if (i < G_N_ELEMENTS (parse_cases))
+        {
+          text = parse_cases[i].text;
+          expected_error = parse_cases[i].error;
+        }
+      else
+        {
+          text = quoting_cases[i - G_N_ELEMENTS (parse_cases)].text;
+          expected_error = NULL;
+        }
+
+      rule = parse (text, &error);
+
+      if (rule != NULL)
+        {
+          g_assert_null (expected_error);
+          _dbus_match_rule_unref (rule);
+        }
+      else if (have_memory || !dbus_error_has_name (&error, DBUS_ERROR_NO_MEMORY))
+        {
+          if (g_strcmp0 (error.name, expected_error) != 0)
+            g_error ("\"%s\": %s", text, error.message);
+          dbus_error_free (&error);
+        }
+      else
+        {
+          dbus_error_free (&error);
+        }
+    }
+
+  g_assert_cmpint (_dbus_get_malloc_blocks_outstanding (), ==, blocks);
+  return TRUE;
+}
+#endif
+
+static void
+test_oom (void)
+{
+#ifdef DBUS_ENABLE_EMBEDDED_TESTS
+  g_assert_true (_dbus_test_oom_handling ("parse", parse_all, NULL));
+#else
+  g_test_skip ("failing allocations needs a libdbus built with "
+               "--enable-embedded-tests");
+#endif
+}
+
 /* ---- equality (RemoveMatch) ---- */
 
 static const struct
@@ -1362,6 +1428,7 @@ main (int    argc,
   g_test_add_func ("/match-rule/parse/quoting", test_parse_quoting);
   g_test_add_func ("/match-rule/parse/errors", test_parse_errors);
   g_test_add_func ("/match-rule/parse/quirks", test_parse_quirks);
+  g_test_add_func ("/match-rule/parse/oom", test_oom);
   g_test_add_func ("/match-rule/ref", test_ref);
   g_test_add_func ("/match-rule/equal", test_equal);
   g_test_add_func ("/match-rule/match", test_match);
