@@ -15,11 +15,9 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
-#include <linux/un.h>
-
 #include <dbus/dbus-connection-internal.h>
-#include <dbus/dbus-server-seqpacket.h>
+#include <dbus/dbus-mcast-uapi.h>
+#include <dbus/dbus-server-socket.h>
 #include <dbus/dbus-sysdeps.h>
 #include "connection.h"
 
@@ -34,11 +32,13 @@ bus_mcast_admission_configure (BusMcastMembers *members,
   for (link = _dbus_list_get_first_link (&servers);
        link != NULL;
        link = _dbus_list_get_next_link (&servers, link))
-    _dbus_server_seqpacket_set_multicast_offered (link->data, offered);
+    _dbus_server_socket_set_multicast_offered (link->data, offered);
 
   if (!offered)
     bus_mcast_members_close_all (members);
 }
+
+#ifdef DBUS_HAVE_MCAST_UAPI
 
 /* The kernel sender id of a unique name ":MAJOR.MINOR" (driver.c makes
  * them), MAJOR << 32 | MINOR; 0, the daemon's own id, if it is not one. */
@@ -150,3 +150,26 @@ bus_mcast_admission_monitor (BusMcastMembers *members,
   return admit (connection, UNIX_MREQ_SEND_TO_PEER | UNIX_MREQ_DROP_WHEN_FULL,
                 error);
 }
+
+#else /* !DBUS_HAVE_MCAST_UAPI */
+
+/* Built against kernel headers without the multicast UAPI: libdbus never
+ * negotiates multicast then (dbus/dbus-mcast-uapi.h), so nobody is ever
+ * admitted. */
+dbus_bool_t
+bus_mcast_admission_admit (BusMcastMembers *members,
+                           DBusConnection  *connection,
+                           DBusError       *error)
+{
+  return TRUE;
+}
+
+dbus_bool_t
+bus_mcast_admission_monitor (BusMcastMembers *members,
+                             DBusConnection  *connection,
+                             DBusError       *error)
+{
+  return bus_mcast_members_become_monitor (members, connection, error);
+}
+
+#endif /* DBUS_HAVE_MCAST_UAPI */

@@ -15,9 +15,9 @@
 #include <errno.h>
 #include <string.h>
 #include <sys/socket.h>
-#include <linux/un.h>
 
 #include <dbus/dbus-list.h>
+#include <dbus/dbus-mcast-uapi.h>
 #include <dbus/dbus-match-rule.h>
 #include "connection.h"
 #include "mcast-filter.h"
@@ -384,10 +384,17 @@ update_member (BusMcastMembers       *members,
 
   /* The member's own filter first: a name it gains reaches it before the
    * daemon stops receiving it (doc/design.md). */
+#ifdef DBUS_HAVE_MCAST_UAPI
   ok = set_program (mc->connection, SOL_UNIX, UNIX_PEER_FILTER, &peer,
                     &mc->peer_filter, error) &&
        set_program (mc->connection, SOL_SOCKET, SO_ATTACH_FILTER,
                     daemon_program, &mc->own_filter, error);
+#else
+  /* Unreachable: without the UAPI nobody is admitted (mcast-admission.c) */
+  dbus_set_error_const (error, DBUS_ERROR_NOT_SUPPORTED,
+                        "Built without the kernel's multicast interface");
+  ok = FALSE;
+#endif
   bus_mcast_program_clear (&peer);
   return ok;
 }
