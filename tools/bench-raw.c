@@ -33,7 +33,6 @@
 #include <fcntl.h>
 #include <net/if.h>
 #include <netinet/in.h>
-#include <poll.h>
 #include <signal.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -46,6 +45,9 @@
 #include <time.h>
 #include <unistd.h>
 #include <linux/un.h>
+
+static const char bench_name[] = "bench-raw";
+#include "bench-common.h"
 
 #define MAX_SIZE 4096
 #define UDP_GROUP "239.255.77.1"
@@ -78,35 +80,6 @@ struct recv_result {
   int64_t last_ns;    /* CLOCK_MONOTONIC of the last message */
   int64_t cpu_ns;
 };
-
-static void die (const char *what)
-{
-  fprintf (stderr, "bench-raw: %s: %s\n", what, strerror (errno));
-  exit (2);
-}
-
-static int64_t clock_ns (clockid_t clock)
-{
-  struct timespec ts;
-
-  clock_gettime (clock, &ts);
-  return ts.tv_sec * 1000000000LL + ts.tv_nsec;
-}
-
-/* Busy time of all CPUs since boot, in ns, from the first line of
- * /proc/stat (user nice system idle iowait irq softirq steal ...). */
-static int64_t system_busy_ns (void)
-{
-  unsigned long long v[8] = { 0 };
-  FILE *f = fopen ("/proc/stat", "r");
-
-  if (!f || fscanf (f, "cpu %llu %llu %llu %llu %llu %llu %llu %llu",
-                    &v[0], &v[1], &v[2], &v[3], &v[4], &v[5], &v[6], &v[7]) != 8)
-    die ("/proc/stat");
-  fclose (f);
-  return (int64_t) (v[0] + v[1] + v[2] + v[5] + v[6] + v[7])
-         * (1000000000LL / sysconf (_SC_CLK_TCK));
-}
 
 static int unix_socket (int type)
 {
@@ -394,24 +367,6 @@ static void receive (int fd, int done_fd, long messages, size_t size,
   r->cpu_ns = clock_ns (CLOCK_PROCESS_CPUTIME_ID) - cpu0;
 }
 
-static int read_full (int fd, void *buf, size_t len)
-{
-  char *p = buf;
-
-  while (len)
-    {
-      ssize_t n = read (fd, p, len);
-
-      if (n < 0 && errno == EINTR)
-        continue;
-      if (n <= 0)
-        return -1;
-      p += n;
-      len -= n;
-    }
-  return 0;
-}
-
 /* One run: set up, fork the receivers, send, collect.  Returns 1 when a
  * transport that promises delivery lost or disordered a message. */
 static int run (const struct transport *t, size_t size, int n, int rep, long messages)
@@ -502,25 +457,6 @@ static int run (const struct transport *t, size_t size, int n, int rep, long mes
            total.lost || total.disorder ? " (LOST OR DISORDERED MESSAGES)" : "");
   failed = t->reliable && (total.lost || total.disorder);
   return failed;
-}
-
-/* Parse a comma-separated list of numbers into @v (at most @max). */
-static int parse_list (const char *s, long *v, int max)
-{
-  int n = 0;
-  char *end;
-
-  while (*s && n < max)
-    {
-      v[n++] = strtol (s, &end, 10);
-      if (end == s || (*end && *end != ','))
-        {
-          fprintf (stderr, "bench-raw: bad number list \"%s\"\n", s);
-          exit (2);
-        }
-      s = *end ? end + 1 : end;
-    }
-  return n;
 }
 
 static void usage (void)
