@@ -541,7 +541,8 @@ static int signal_run (const struct options *o, int size, int n, long rules, int
       if (pids[i] == 0)
         {
           struct subscription x = {
-            .s = &subs[i], .latency = latency + i * l, .throughput = m, .total = total,
+            .s = &subs[i], .latency = i < matching ? latency + i * l : NULL,
+            .throughput = m, .total = total,
             .size = size, .matching = i < matching,
           };
 
