@@ -373,7 +373,7 @@ static int run (const struct transport *t, size_t size, int n, int rep, long mes
 {
   int ready[2], done[2], results[2], i, failed;
   struct recv_result total = { 0 }, r;
-  int64_t t0, sender_cpu, busy0, wall;
+  int64_t t0, sender_cpu, busy, wall;
   static char buf[MAX_SIZE];
   struct iovec iov = { .iov_base = buf, .iov_len = size };
   struct fanout f;
@@ -413,7 +413,7 @@ static int run (const struct transport *t, size_t size, int n, int rep, long mes
     if (read (ready[0], &c, 1) != 1)
       die ("a receiver did not start");
 
-  busy0 = system_busy_ns ();
+  busy = system_busy_ns ();
   t0 = clock_ns (CLOCK_MONOTONIC);
   sender_cpu = clock_ns (CLOCK_THREAD_CPUTIME_ID);
   for (seq = 0; seq < (uint64_t) messages; seq++)
@@ -435,7 +435,7 @@ static int run (const struct transport *t, size_t size, int n, int rep, long mes
       if (r.last_ns > total.last_ns)
         total.last_ns = r.last_ns;
     }
-  busy0 = system_busy_ns () - busy0;
+  busy = system_busy_ns () - busy;
   while (wait (NULL) > 0)
     ;
   close (ready[0]);
@@ -450,13 +450,25 @@ static int run (const struct transport *t, size_t size, int n, int rep, long mes
           total.delivered * 1e9 / wall,
           total.delivered ? (double) sender_cpu / total.delivered : 0,
           total.delivered ? (double) total.cpu_ns / total.delivered : 0,
-          total.delivered ? (double) busy0 / total.delivered : 0);
+          total.delivered ? (double) busy / total.delivered : 0);
   fflush (stdout);
   fprintf (stderr, "bench-raw: %-15s %4zu B N=%-3d rep %d: %9.0f deliveries/s%s\n",
            t->name, size, n, rep, total.delivered * 1e9 / wall,
            total.lost || total.disorder ? " (LOST OR DISORDERED MESSAGES)" : "");
   failed = t->reliable && (total.lost || total.disorder);
   return failed;
+}
+
+/* Is @name in the comma-separated @list? */
+static int selected (const char *list, const char *name)
+{
+  size_t len = strlen (name);
+  const char *p;
+
+  for (p = list; (p = strstr (p, name)); p += len)
+    if ((p == list || p[-1] == ',') && (p[len] == ',' || !p[len]))
+      return 1;
+  return 0;
 }
 
 static void usage (void)
@@ -470,7 +482,7 @@ static void usage (void)
 int main (int argc, char **argv)
 {
   long sizes[8] = { 64, 4096 }, receivers[16] = { 1, 4, 16, 64 };
-  int n_sizes = 2, n_receivers = 4, reps = 5, failed = 0, i, s, k, rep;
+  int n_sizes = 2, n_receivers = 4, reps = 5, failed = 0, matched = 0, i, s, k, rep;
   long deliveries = 200000, min_messages = 1000;
   const char *only = NULL;
 
@@ -493,6 +505,20 @@ int main (int argc, char **argv)
       else
         usage ();
     }
+  if (only)
+    {
+      int names = 1;
+
+      for (i = 0; only[i]; i++)
+        names += only[i] == ',';
+      for (i = 0; i < (int) NR_TRANSPORTS; i++)
+        matched += selected (only, transports[i].name);
+      if (matched != names)
+        {
+          fprintf (stderr, "bench-raw: unknown transport in \"%s\"\n", only);
+          return 2;
+        }
+    }
   for (s = 0; s < n_sizes; s++)
     if (sizes[s] < (long) sizeof (uint64_t) || sizes[s] > MAX_SIZE)
       {
@@ -506,17 +532,9 @@ int main (int argc, char **argv)
   for (i = 0; i < (int) NR_TRANSPORTS; i++)
     {
       const struct transport *t = &transports[i];
-      char pattern[64];
 
-      snprintf (pattern, sizeof pattern, ",%s,", t->name);
-      if (only)
-        {
-          char list[256];
-
-          snprintf (list, sizeof list, ",%s,", only);
-          if (!strstr (list, pattern))
-            continue;
-        }
+      if (only && !selected (only, t->name))
+        continue;
       for (s = 0; s < n_sizes; s++)
         for (k = 0; k < n_receivers; k++)
           for (rep = 1; rep <= reps; rep++)
