@@ -82,7 +82,10 @@ dbus_bool_t     bus_mcast_filter_add_name   (BusMcastFilter     *filter,
  * owning it now (NULL if none: the sender key then matches nothing); the
  * program compares the SENDER header field, which receivers check against
  * the kernel's sender id.  Ignored for rules without a well-known sender.
- * The rule is referenced, not copied. */
+ * For sender='org.freedesktop.DBus' pass that name itself: the bus
+ * driver's messages carry it as SENDER.
+ * The rule is neither copied nor referenced: the caller keeps it alive
+ * and unchanged until bus_mcast_filter_free(). */
 dbus_bool_t     bus_mcast_filter_add_rule   (BusMcastFilter     *filter,
                                              DBusMatchRule      *rule,
                                              const char         *sender_owner);

@@ -1,0 +1,175 @@
+/* -*- mode: C; c-file-style: "gnu"; indent-tabs-mode: nil; -*- */
+/* mcast-admission.c  Which clients dbus-daemon promotes into the kernel
+ *                    multicast group, and the promotion itself
+ *
+ * See mcast-admission.h for what this module is for.
+ *
+ * Copyright (C) 2026 dbus-mcast contributors
+ * Licensed under the Academic Free License version 2.1 or the GNU General
+ * Public License version 2 or later, like the rest of dbus.
+ */
+
+#include <config.h>
+#include "mcast-admission.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <dbus/dbus-connection-internal.h>
+#include <dbus/dbus-mcast-uapi.h>
+#include <dbus/dbus-server-socket.h>
+#include <dbus/dbus-sysdeps.h>
+#include "connection.h"
+
+void
+bus_mcast_admission_configure (BusMcastMembers *members,
+                               DBusList        *servers,
+                               BusPolicy       *policy)
+{
+  dbus_bool_t offered = bus_policy_can_be_filtered (policy);
+  DBusList *link;
+
+  for (link = _dbus_list_get_first_link (&servers);
+       link != NULL;
+       link = _dbus_list_get_next_link (&servers, link))
+    _dbus_server_socket_set_multicast_offered (link->data, offered);
+
+  if (!offered)
+    bus_mcast_members_close_all (members);
+}
+
+#ifdef DBUS_HAVE_MCAST_UAPI
+
+/* The kernel sender id of a unique name ":MAJOR.MINOR" (driver.c makes
+ * them), MAJOR << 32 | MINOR; 0, the daemon's own id, if it is not one. */
+static dbus_uint64_t
+sender_id_of (const char *unique_name)
+{
+  unsigned long major, minor;
+  char *end;
+
+  if (unique_name == NULL || unique_name[0] != ':')
+    return 0;
+
+  errno = 0;
+  major = strtoul (unique_name + 1, &end, 10);
+  if (errno != 0 || *end != '.' || major == 0 || major > 0xffffffffUL)
+    return 0;
+
+  minor = strtoul (end + 1, &end, 10);
+  if (errno != 0 || *end != '\0' || minor > 0xffffffffUL)
+    return 0;
+
+  return ((dbus_uint64_t) major << 32) | minor;
+}
+
+static dbus_bool_t
+set_option (int          fd,
+            int          option,
+            const void  *value,
+            socklen_t    len,
+            const char  *what,
+            DBusError   *error)
+{
+  if (setsockopt (fd, SOL_UNIX, option, value, len) == 0)
+    return TRUE;
+
+  dbus_set_error (error, _dbus_error_from_errno (errno),
+                  "Could not %s: %s", what, _dbus_strerror (errno));
+  return FALSE;
+}
+
+static dbus_bool_t
+admit (DBusConnection *connection,
+       unsigned int    flags,
+       DBusError      *error)
+{
+  struct unix_mreq mreq;
+  int fd;
+
+  if (!dbus_connection_get_socket (connection, &fd))
+    {
+      dbus_set_error (error, DBUS_ERROR_DISCONNECTED,
+                      "%s has no socket", bus_connection_get_name (connection));
+      return FALSE;
+    }
+
+  memset (&mreq, 0, sizeof (mreq));
+  mreq.flags = flags;
+  return set_option (fd, UNIX_ACCEPT_GROUP, &mreq, sizeof (mreq),
+                     "admit the client into the multicast group", error);
+}
+
+dbus_bool_t
+bus_mcast_admission_admit (BusMcastMembers *members,
+                           DBusConnection  *connection,
+                           DBusError       *error)
+{
+  dbus_uint64_t id;
+  int fd;
+
+  if (!_dbus_connection_get_multicast_negotiated (connection))
+    return TRUE;
+
+  id = sender_id_of (bus_connection_get_name (connection));
+  if (id == 0 || !dbus_connection_get_socket (connection, &fd))
+    {
+      dbus_set_error (error, DBUS_ERROR_FAILED,
+                      "Cannot admit %s into the multicast group",
+                      bus_connection_get_name (connection));
+      return FALSE;
+    }
+
+  if (!set_option (fd, UNIX_PEER_ID, &id, sizeof (id),
+                   "set the sender id", error))
+    return FALSE;
+
+  if (!bus_mcast_members_add (members, connection, error))
+    return FALSE;
+
+  if (!admit (connection, UNIX_MREQ_SEND_TO_PEER, error))
+    {
+      bus_mcast_members_disconnected (members, connection);
+      return FALSE;
+    }
+
+  return TRUE;
+}
+
+dbus_bool_t
+bus_mcast_admission_monitor (BusMcastMembers *members,
+                             DBusConnection  *connection,
+                             DBusError       *error)
+{
+  if (!bus_mcast_members_become_monitor (members, connection, error))
+    return FALSE;
+
+  if (!bus_mcast_members_is_member (connection))
+    return TRUE;
+
+  return admit (connection, UNIX_MREQ_SEND_TO_PEER | UNIX_MREQ_DROP_WHEN_FULL,
+                error);
+}
+
+#else /* !DBUS_HAVE_MCAST_UAPI */
+
+/* Built against kernel headers without the multicast UAPI: libdbus never
+ * negotiates multicast then (dbus/dbus-mcast-uapi.h), so nobody is ever
+ * admitted. */
+dbus_bool_t
+bus_mcast_admission_admit (BusMcastMembers *members,
+                           DBusConnection  *connection,
+                           DBusError       *error)
+{
+  return TRUE;
+}
+
+dbus_bool_t
+bus_mcast_admission_monitor (BusMcastMembers *members,
+                             DBusConnection  *connection,
+                             DBusError       *error)
+{
+  return bus_mcast_members_become_monitor (members, connection, error);
+}
+
+#endif /* DBUS_HAVE_MCAST_UAPI */

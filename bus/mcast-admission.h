@@ -1,0 +1,43 @@
+/* -*- mode: C; c-file-style: "gnu"; indent-tabs-mode: nil; -*- */
+/* mcast-admission.h  Which clients dbus-daemon promotes into the kernel
+ *                    multicast group, and the promotion itself
+ *
+ * What this module is for: the bus offers promotion (SASL
+ * AGREE_MULTICAST, dbus/dbus-auth.c) on its unixseq: listeners when the
+ * listening socket is a kernel group and the bus policy can be enforced
+ * without the daemon looking at each message: no rule denies sending,
+ * receiving or eavesdropping, and everything is allowed by default
+ * (bus_policy_can_be_filtered(), bus/policy.c).  At Hello, a client that
+ * agreed gets, in this order, its kernel sender id, its peer filter, the
+ * daemon's socket filter on its connection, and admission with
+ * UNIX_MREQ_SEND_TO_PEER, all before the Hello reply is queued
+ * (doc/design.md, "Promotion").  A member that becomes a monitor is
+ * admitted again with UNIX_MREQ_DROP_WHEN_FULL: a monitor that stops
+ * reading must never hold the bus back.  A configuration reload that
+ * makes the policy unfit for filters disconnects the members: they
+ * reconnect and stay on the classic path.
+ *
+ * Copyright (C) 2026 dbus-mcast contributors
+ * Licensed under the Academic Free License version 2.1 or the GNU General
+ * Public License version 2 or later, like the rest of dbus.
+ */
+
+#ifndef BUS_MCAST_ADMISSION_H
+#define BUS_MCAST_ADMISSION_H
+
+#include <dbus/dbus.h>
+#include <dbus/dbus-list.h>
+#include "mcast-members.h"
+#include "policy.h"
+
+void        bus_mcast_admission_configure (BusMcastMembers *members,
+                                           DBusList        *servers,
+                                           BusPolicy       *policy);
+dbus_bool_t bus_mcast_admission_admit     (BusMcastMembers *members,
+                                           DBusConnection  *connection,
+                                           DBusError       *error);
+dbus_bool_t bus_mcast_admission_monitor   (BusMcastMembers *members,
+                                           DBusConnection  *connection,
+                                           DBusError       *error);
+
+#endif /* BUS_MCAST_ADMISSION_H */

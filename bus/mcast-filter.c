@@ -1,0 +1,1473 @@
+/* -*- mode: C; c-file-style: "gnu"; indent-tabs-mode: nil; -*- */
+/* mcast-filter.c  The match-to-BPF compiler: what a socket of the multicast
+ *                 group may receive, as a classic BPF program
+ *
+ * What this module is for: see mcast-filter.h.  The layout of the programs
+ * it writes (header walk, scratch words, per-kind logic, loosening) is
+ * described in doc/mcast-filter.md.
+ *
+ * Copyright (C) 2026 dbus-mcast contributors
+ * Licensed under the Academic Free License version 2.1 or the GNU General
+ * Public License version 2 or later, like the rest of dbus.
+ */
+
+#include <config.h>
+#include "mcast-filter.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include <dbus/dbus-internals.h>
+
+#include "utils.h"
+
+/* ---- What the program passes with, and the message layout -------------- */
+
+/* A socket filter's return value is the number of bytes to keep. */
+#define PASS_VALUE 0xffffffffu
+#define DROP_VALUE 0u
+
+/* Every known header field appears at most once in a valid message, so this
+ * many cover every message without unknown fields.  A message with more
+ * fields is dropped by a member's filter and passed by the daemon's. */
+#define MAX_FIELDS 9
+
+/* Scratch words (M[]) */
+enum
+{
+  M_FIELDS_END,     /* 16 + length of the header field array */
+  M_BODY,           /* offset of the body */
+  M_DESTINATION,    /* offsets of the header fields, or ABSENT */
+  M_SENDER,
+  M_PATH,
+  M_INTERFACE,
+  M_MEMBER,
+  M_SIGNATURE,
+  M_ARG0_STRING,    /* arg0 as a field-like base if it is a string, or ABSENT */
+  M_ARG0_PATH,      /* same if it is a string or an object path */
+  M_TEMP
+};
+
+/* The offset recorded for an absent field.  A field at offset o has its
+ * (little-endian) length at o + 4; at ABSENT + 4 are the high bytes of the
+ * field array length, which the header check requires to be zero, so an
+ * absent field reads as an empty string and never equals a name. */
+#define ABSENT 10
+
+/* The first 4 bytes of a header field (code, signature length 1, type,
+ * nul), as a big-endian word load reads them */
+#define FIELD_WORD(code, type) \
+  (((dbus_uint32_t) (code) << 24) | (1u << 16) | ((dbus_uint32_t) (type) << 8))
+
+/* The little-endian 16-bit value v as a big-endian halfword load reads it */
+#define SWAP16(v) ((((v) & 0xffu) << 8) | (((v) >> 8) & 0xffu))
+
+/* ---- Description ------------------------------------------------------- */
+
+typedef struct
+{
+  DBusMatchRule *rule;
+  char *sender;     /* the SENDER value the rule wants, or NULL for any */
+} BusMcastRule;
+
+struct BusMcastFilter
+{
+  BusMcastFilterKind kind;
+  dbus_bool_t accept_all;
+  char **names;
+  int n_names;
+  BusMcastRule *rules;
+  int n_rules;
+};
+
+BusMcastFilter *
+bus_mcast_filter_new (BusMcastFilterKind kind)
+{
+  BusMcastFilter *filter;
+
+  filter = dbus_new0 (BusMcastFilter, 1);
+  if (filter == NULL)
+    return NULL;
+
+  filter->kind = kind;
+  return filter;
+}
+
+void
+bus_mcast_filter_free (BusMcastFilter *filter)
+{
+  int i;
+
+  if (filter == NULL)
+    return;
+
+  for (i = 0; i < filter->n_names; i++)
+    dbus_free (filter->names[i]);
+  for (i = 0; i < filter->n_rules; i++)
+    dbus_free (filter->rules[i].sender);
+  dbus_free (filter->names);
+  dbus_free (filter->rules);
+  dbus_free (filter);
+}
+
+dbus_bool_t
+bus_mcast_filter_add_name (BusMcastFilter *filter,
+                           const char     *name)
+{
+  char **names;
+  char *copy;
+
+  copy = _dbus_strdup (name);
+  if (copy == NULL)
+    return FALSE;
+
+  names = dbus_realloc (filter->names,
+                        sizeof (char *) * (filter->n_names + 1));
+  if (names == NULL)
+    {
+      dbus_free (copy);
+      return FALSE;
+    }
+
+  filter->names = names;
+  filter->names[filter->n_names++] = copy;
+  return TRUE;
+}
+
+dbus_bool_t
+bus_mcast_filter_add_rule (BusMcastFilter *filter,
+                           DBusMatchRule  *rule,
+                           const char     *sender_owner)
+{
+  BusMcastRule *rules;
+  const char *sender = NULL;
+  char *copy = NULL;
+
+  if (rule->flags & DBUS_MATCH_SENDER)
+    {
+      if (rule->sender[0] == ':')
+        sender = rule->sender;
+      else if (sender_owner != NULL)
+        sender = sender_owner;
+      else
+        return TRUE;    /* nobody owns the name: the rule matches nothing */
+
+      copy = _dbus_strdup (sender);
+      if (copy == NULL)
+        return FALSE;
+    }
+
+  rules = dbus_realloc (filter->rules,
+                        sizeof (BusMcastRule) * (filter->n_rules + 1));
+  if (rules == NULL)
+    {
+      dbus_free (copy);
+      return FALSE;
+    }
+
+  filter->rules = rules;
+  filter->rules[filter->n_rules].rule = rule;
+  filter->rules[filter->n_rules].sender = copy;
+  filter->n_rules++;
+  return TRUE;
+}
+
+void
+bus_mcast_filter_accept_all (BusMcastFilter *filter)
+{
+  filter->accept_all = TRUE;
+}
+
+void
+bus_mcast_program_clear (BusMcastProgram *program)
+{
+  dbus_free (program->insns);
+  program->insns = NULL;
+  program->len = 0;
+}
+
+/* ---- Emitter: instructions with symbolic forward jumps ------------------ */
+
+/* Jump targets are labels.  A conditional jump whose target ends up more
+ * than 255 instructions away goes through one or two BPF_JA (32-bit
+ * offset) placed right after it; bus_mcast_emitter_finish() works out which
+ * jumps need that. */
+
+#define NEXT (-1)       /* the label of the next instruction */
+
+typedef struct
+{
+  struct sock_filter insn;
+  int jt, jf;           /* labels of a conditional jump */
+  int target;           /* label of a BPF_JA */
+  int size;             /* 1, or 2-3 with the BPF_JA after it */
+} BusMcastInsn;
+
+typedef struct
+{
+  BusMcastInsn *insns;
+  int n_insns;
+  int allocated;
+  int *labels;          /* label -> index of the instruction it precedes */
+  int n_labels;
+  int labels_allocated;
+  dbus_bool_t oom;
+  dbus_bool_t too_big;
+  int pass;             /* labels of the final returns */
+  int drop;
+} BusMcastEmitter;
+
+static int
+label_new (BusMcastEmitter *e)
+{
+  if (e->n_labels == e->labels_allocated)
+    {
+      int n = e->labels_allocated ? e->labels_allocated * 2 : 64;
+      int *labels = dbus_realloc (e->labels, sizeof (int) * n);
+
+      if (labels == NULL)
+        {
+          e->oom = TRUE;
+          return NEXT;
+        }
+      e->labels = labels;
+      e->labels_allocated = n;
+    }
+  e->labels[e->n_labels] = -1;
+  return e->n_labels++;
+}
+
+static void
+label_place (BusMcastEmitter *e,
+             int              label)
+{
+  if (label >= 0)
+    e->labels[label] = e->n_insns;
+}
+
+static void
+emit (BusMcastEmitter *e,
+      unsigned short   code,
+      dbus_uint32_t    k,
+      int              jt,
+      int              jf,
+      int              target)
+{
+  BusMcastInsn *insn;
+
+  if (e->oom || e->too_big)
+    return;
+
+  /* Relaxation only adds instructions: stop as soon as it cannot fit. */
+  if (e->n_insns >= BPF_MAXINSNS)
+    {
+      e->too_big = TRUE;
+      return;
+    }
+
+  if (e->n_insns == e->allocated)
+    {
+      int n = e->allocated ? e->allocated * 2 : 256;
+      BusMcastInsn *insns = dbus_realloc (e->insns, sizeof (BusMcastInsn) * n);
+
+      if (insns == NULL)
+        {
+          e->oom = TRUE;
+          return;
+        }
+      e->insns = insns;
+      e->allocated = n;
+    }
+
+  insn = &e->insns[e->n_insns++];
+  insn->insn.code = code;
+  insn->insn.k = k;
+  insn->insn.jt = 0;
+  insn->insn.jf = 0;
+  insn->jt = jt;
+  insn->jf = jf;
+  insn->target = target;
+  insn->size = 1;
+}
+
+static void
+emit_stmt (BusMcastEmitter *e,
+           unsigned short   code,
+           dbus_uint32_t    k)
+{
+  emit (e, code, k, NEXT, NEXT, NEXT);
+}
+
+/* A conditional jump (BPF_JMP | BPF_Jxx | BPF_K or BPF_X) */
+static void
+emit_jump (BusMcastEmitter *e,
+           unsigned short   code,
+           dbus_uint32_t    k,
+           int              jt,
+           int              jf)
+{
+  emit (e, code, k, jt, jf, NEXT);
+}
+
+static void
+emit_ja (BusMcastEmitter *e,
+         int              target)
+{
+  emit (e, BPF_JMP | BPF_JA, 0, NEXT, NEXT, target);
+}
+
+static dbus_bool_t
+is_conditional (const BusMcastInsn *insn)
+{
+  return BPF_CLASS (insn->insn.code) == BPF_JMP
+    && BPF_OP (insn->insn.code) != BPF_JA;
+}
+
+/* Address of a label, for an instruction at address @at of size @size */
+static int
+label_address (BusMcastEmitter *e,
+               const int       *addresses,
+               int              label,
+               int              at,
+               int              size)
+{
+  if (label == NEXT)
+    return at + size;
+  _dbus_assert (e->labels[label] >= 0);
+  return addresses[e->labels[label]];
+}
+
+/* A BPF_JA to @label at address @at, or the return it leads to */
+static struct sock_filter
+jump_to (BusMcastEmitter *e,
+         const int       *addresses,
+         int              label,
+         int              at)
+{
+  struct sock_filter insn = { BPF_JMP | BPF_JA, 0, 0, 0 };
+
+  if (label == e->pass || label == e->drop)
+    {
+      insn.code = BPF_RET | BPF_K;
+      insn.k = label == e->pass ? PASS_VALUE : DROP_VALUE;
+    }
+  else
+    {
+      insn.k = label_address (e, addresses, label, at, 1) - at - 1;
+    }
+  return insn;
+}
+
+/* Lays the instructions out and writes the program; FALSE with
+ * e->too_big or e->oom set if that is impossible. */
+static dbus_bool_t
+bus_mcast_emitter_finish (BusMcastEmitter *e,
+                          BusMcastProgram *program)
+{
+  int *addresses;
+  dbus_bool_t changed;
+  int i, n, at;
+
+  if (e->oom || e->too_big)
+    return FALSE;
+
+  addresses = dbus_new (int, e->n_insns + 1);
+  if (addresses == NULL)
+    {
+      e->oom = TRUE;
+      return FALSE;
+    }
+
+  /* Sizes only grow, so this terminates. */
+  do
+    {
+      changed = FALSE;
+      at = 0;
+      for (i = 0; i < e->n_insns; i++)
+        {
+          addresses[i] = at;
+          at += e->insns[i].size;
+        }
+      addresses[e->n_insns] = at;
+
+      for (i = 0; i < e->n_insns; i++)
+        {
+          BusMcastInsn *insn = &e->insns[i];
+          int t, f, need;
+
+          if (!is_conditional (insn))
+            continue;
+          at = addresses[i];
+          t = label_address (e, addresses, insn->jt, at, insn->size) - at - 1;
+          f = label_address (e, addresses, insn->jf, at, insn->size) - at - 1;
+          if (t <= 255 && f <= 255)
+            need = 1;
+          else if (t <= 255 || f <= 255)
+            need = 2;
+          else
+            need = 3;
+          if (need > insn->size)
+            {
+              insn->size = need;
+              changed = TRUE;
+            }
+        }
+    }
+  while (changed);
+
+  n = addresses[e->n_insns];
+  if (n > BPF_MAXINSNS)
+    {
+      dbus_free (addresses);
+      e->too_big = TRUE;
+      return FALSE;
+    }
+
+  program->insns = dbus_new (struct sock_filter, n);
+  if (program->insns == NULL)
+    {
+      dbus_free (addresses);
+      e->oom = TRUE;
+      return FALSE;
+    }
+  program->len = n;
+
+  for (i = 0; i < e->n_insns; i++)
+    {
+      BusMcastInsn *insn = &e->insns[i];
+      struct sock_filter *out = &program->insns[addresses[i]];
+
+      at = addresses[i];
+      *out = insn->insn;
+      if (BPF_CLASS (insn->insn.code) == BPF_JMP
+          && BPF_OP (insn->insn.code) == BPF_JA)
+        {
+          *out = jump_to (e, addresses, insn->target, at);
+        }
+      else if (is_conditional (insn))
+        {
+          int t = label_address (e, addresses, insn->jt, at, insn->size);
+          int f = label_address (e, addresses, insn->jf, at, insn->size);
+
+          if (insn->size == 1)
+            {
+              out->jt = t - at - 1;
+              out->jf = f - at - 1;
+            }
+          else if (insn->size == 2 && f - at - 1 <= 255)
+            {
+              /* true: through the BPF_JA */
+              out->jt = 0;
+              out->jf = f - at - 1;
+              out[1] = jump_to (e, addresses, insn->jt, at + 1);
+            }
+          else if (insn->size == 2)
+            {
+              out->jt = t - at - 1;
+              out->jf = 0;
+              out[1] = jump_to (e, addresses, insn->jf, at + 1);
+            }
+          else
+            {
+              out->jt = 0;
+              out->jf = 1;
+              out[1] = jump_to (e, addresses, insn->jt, at + 1);
+              out[2] = jump_to (e, addresses, insn->jf, at + 2);
+            }
+        }
+    }
+
+  dbus_free (addresses);
+  return TRUE;
+}
+
+/* ---- Building blocks ----------------------------------------------------- */
+
+/* A = the little-endian 16-bit value at [X + k] */
+static void
+emit_load_le16 (BusMcastEmitter *e,
+                dbus_uint32_t    k)
+{
+  /* ab * 0x10001 = abab; >> 8 & 0xffff = ba */
+  emit_stmt (e, BPF_LD | BPF_H | BPF_IND, k);
+  emit_stmt (e, BPF_ALU | BPF_MUL | BPF_K, 0x10001);
+  emit_stmt (e, BPF_ALU | BPF_RSH | BPF_K, 8);
+  emit_stmt (e, BPF_ALU | BPF_AND | BPF_K, 0xffff);
+}
+
+/* Bytes compared at once: words, then a halfword and a byte */
+static int
+chunk_size (int len,
+            int offset)
+{
+  int rest = len - offset;
+
+  return rest >= 4 ? 4 : rest >= 2 ? 2 : 1;
+}
+
+static dbus_uint32_t
+chunk_value (const char *s,
+             int         offset,
+             int         size)
+{
+  dbus_uint32_t v = 0;
+  int i;
+
+  for (i = 0; i < size; i++)
+    v = (v << 8) | (unsigned char) s[offset + i];
+  return v;
+}
+
+static unsigned short
+chunk_load (int size)
+{
+  return BPF_LD | BPF_IND | (size == 4 ? BPF_W : size == 2 ? BPF_H : BPF_B);
+}
+
+/* The first @len bytes of the string whose field starts at X (bytes at
+ * X + 8) equal @s, or go to @fail */
+static void
+emit_prefix_test (BusMcastEmitter *e,
+                  const char      *s,
+                  int              len,
+                  int              fail)
+{
+  int offset, size;
+
+  for (offset = 0; offset < len; offset += size)
+    {
+      size = chunk_size (len, offset);
+      emit_stmt (e, chunk_load (size), 8 + offset);
+      emit_jump (e, BPF_JMP | BPF_JEQ | BPF_K, chunk_value (s, offset, size),
+                 NEXT, fail);
+    }
+}
+
+/* The string whose field starts at X equals @s, or go to @fail.  The
+ * length is compared first, so no byte beyond the string is read. */
+static void
+emit_string_test (BusMcastEmitter *e,
+                  const char      *s,
+                  int              fail)
+{
+  size_t len = strlen (s);
+
+  if (len > 0xffff)
+    {
+      emit_ja (e, fail);    /* longer than any string of a filtered packet */
+      return;
+    }
+  emit_stmt (e, BPF_LD | BPF_H | BPF_IND, 4);
+  emit_jump (e, BPF_JMP | BPF_JEQ | BPF_K, SWAP16 (len), NEXT, fail);
+  emit_prefix_test (e, s, len, fail);
+}
+
+/* The string at X is @s or starts with @s followed by @separator (the
+ * namespace matches of path_namespace and arg0namespace), or go to @fail */
+static void
+emit_namespace_test (BusMcastEmitter *e,
+                     const char      *s,
+                     char             separator,
+                     int              fail)
+{
+  size_t len = strlen (s);
+  int compare = label_new (e);
+
+  if (len > 0xffff)
+    {
+      emit_ja (e, fail);
+      return;
+    }
+  emit_load_le16 (e, 4);
+  emit_jump (e, BPF_JMP | BPF_JEQ | BPF_K, len, compare, NEXT);
+  emit_jump (e, BPF_JMP | BPF_JGT | BPF_K, len, NEXT, fail);
+  emit_stmt (e, BPF_LD | BPF_B | BPF_IND, 8 + len);
+  emit_jump (e, BPF_JMP | BPF_JEQ | BPF_K, (unsigned char) separator,
+             NEXT, fail);
+  label_place (e, compare);
+  emit_prefix_test (e, s, len, fail);
+}
+
+/* argNpath semantics (bus/signals.c): equal; or @s ends with '/' and is a
+ * prefix of the argument; or the argument ends with '/' and is a prefix
+ * of @s.  The argument is at X. */
+static void
+emit_arg_path_test (BusMcastEmitter *e,
+                    const char      *s,
+                    int              fail)
+{
+  size_t len = strlen (s);
+  int full = label_new (e);
+  int done = label_new (e);
+  size_t k;
+
+  if (len == 0 || len > 0xffff)
+    {
+      emit_ja (e, fail);
+      return;
+    }
+  emit_load_le16 (e, 4);
+  emit_jump (e, BPF_JMP | BPF_JEQ | BPF_K, len, full, NEXT);
+  if (s[len - 1] == '/')
+    emit_jump (e, BPF_JMP | BPF_JGT | BPF_K, len, full, NEXT);
+  /* a shorter argument ending in '/' at one of the slashes of s */
+  for (k = 1; k < len; k++)
+    {
+      int next;
+
+      if (s[k - 1] != '/')
+        continue;
+      next = label_new (e);
+      emit_jump (e, BPF_JMP | BPF_JEQ | BPF_K, k, NEXT, next);
+      emit_prefix_test (e, s, k, fail);
+      emit_ja (e, done);
+      label_place (e, next);
+      emit_load_le16 (e, 4);
+    }
+  emit_ja (e, fail);
+  label_place (e, full);
+  emit_prefix_test (e, s, len, fail);
+  label_place (e, done);
+}
+
+/* ---- Header check and walk ------------------------------------------------ */
+
+/* Checks the fixed header and the total length, and walks the header
+ * fields, recording where each interesting one starts; continues at
+ * @walked with every field offset in M[] (ABSENT if not there), or goes
+ * to @bad. */
+static void
+emit_header_walk (BusMcastEmitter *e,
+                  int              bad,
+                  int              walked)
+{
+  static const struct
+  {
+    dbus_uint32_t word;
+    int slot;       /* scratch word to record the field in, or -1 */
+  } fields[] = {
+    { FIELD_WORD (DBUS_HEADER_FIELD_PATH, 'o'), M_PATH },
+    { FIELD_WORD (DBUS_HEADER_FIELD_INTERFACE, 's'), M_INTERFACE },
+    { FIELD_WORD (DBUS_HEADER_FIELD_MEMBER, 's'), M_MEMBER },
+    { FIELD_WORD (DBUS_HEADER_FIELD_DESTINATION, 's'), M_DESTINATION },
+    { FIELD_WORD (DBUS_HEADER_FIELD_SENDER, 's'), M_SENDER },
+    { FIELD_WORD (DBUS_HEADER_FIELD_SIGNATURE, 'g'), M_SIGNATURE },
+    { FIELD_WORD (DBUS_HEADER_FIELD_ERROR_NAME, 's'), -1 },
+    { FIELD_WORD (DBUS_HEADER_FIELD_REPLY_SERIAL, 'u'), -1 },
+    { FIELD_WORD (DBUS_HEADER_FIELD_UNIX_FDS, 'u'), -1 }
+  };
+  /* types of fields with unknown codes that can be skipped */
+  static const char unknown_types[] = "sogbiu";
+  static const int slots[] = { M_DESTINATION, M_SENDER, M_PATH, M_INTERFACE,
+                               M_MEMBER, M_SIGNATURE };
+  int i, j;
+
+  emit_stmt (e, BPF_LD | BPF_IMM, ABSENT);
+  for (i = 0; i < (int) _DBUS_N_ELEMENTS (slots); i++)
+    emit_stmt (e, BPF_ST, slots[i]);
+
+  /* Fixed header: at least 16 bytes, host byte order, version 1, a known
+   * type, lengths below 64 KiB (a filtered packet is at most 64 KiB) */
+  emit_stmt (e, BPF_LD | BPF_W | BPF_LEN, 0);
+  emit_jump (e, BPF_JMP | BPF_JGE | BPF_K, 16, NEXT, bad);
+  emit_stmt (e, BPF_LD | BPF_B | BPF_ABS, 0);
+  emit_jump (e, BPF_JMP | BPF_JEQ | BPF_K, DBUS_LITTLE_ENDIAN, NEXT, bad);
+  emit_stmt (e, BPF_LD | BPF_B | BPF_ABS, 3);
+  emit_jump (e, BPF_JMP | BPF_JEQ | BPF_K, DBUS_MAJOR_PROTOCOL_VERSION,
+             NEXT, bad);
+  emit_stmt (e, BPF_LD | BPF_B | BPF_ABS, 1);
+  emit_jump (e, BPF_JMP | BPF_JEQ | BPF_K, DBUS_MESSAGE_TYPE_INVALID, bad, NEXT);
+  emit_jump (e, BPF_JMP | BPF_JGT | BPF_K, DBUS_MESSAGE_TYPE_SIGNAL, bad, NEXT);
+  emit_stmt (e, BPF_LD | BPF_H | BPF_ABS, 6);
+  emit_jump (e, BPF_JMP | BPF_JEQ | BPF_K, 0, NEXT, bad);
+  emit_stmt (e, BPF_LD | BPF_H | BPF_ABS, 14);
+  emit_jump (e, BPF_JMP | BPF_JEQ | BPF_K, 0, NEXT, bad);
+
+  /* fields end = 16 + array length; body = 16 + align8 (array length);
+   * the packet is exactly body + body length */
+  emit_stmt (e, BPF_LDX | BPF_IMM, 0);
+  emit_load_le16 (e, 12);
+  emit_stmt (e, BPF_ALU | BPF_ADD | BPF_K, 16);
+  emit_stmt (e, BPF_ST, M_FIELDS_END);
+  emit_stmt (e, BPF_ALU | BPF_ADD | BPF_K, 7);
+  emit_stmt (e, BPF_ALU | BPF_AND | BPF_K, ~7u);
+  emit_stmt (e, BPF_ST, M_BODY);
+  emit_load_le16 (e, 4);
+  emit_stmt (e, BPF_LDX | BPF_MEM, M_BODY);
+  emit_stmt (e, BPF_ALU | BPF_ADD | BPF_X, 0);
+  emit_stmt (e, BPF_LDX | BPF_W | BPF_LEN, 0);
+  emit_jump (e, BPF_JMP | BPF_JEQ | BPF_X, 0, NEXT, bad);
+
+  /* The walk: X = offset of the current field (8-aligned, before the end
+   * of the array), unrolled MAX_FIELDS times. */
+  emit_stmt (e, BPF_LD | BPF_MEM, M_FIELDS_END);
+  emit_jump (e, BPF_JMP | BPF_JEQ | BPF_K, 16, walked, NEXT);
+  emit_stmt (e, BPF_LDX | BPF_IMM, 16);
+
+  for (i = 0; i < MAX_FIELDS; i++)
+    {
+      int record[_DBUS_N_ELEMENTS (fields)];
+      int unknown = label_new (e);
+      int skip_string = label_new (e);
+      int skip_signature = label_new (e);
+      int skip_u32 = label_new (e);
+      int end = label_new (e);
+
+      emit_stmt (e, BPF_LD | BPF_W | BPF_IND, 0);
+      for (j = 0; j < (int) _DBUS_N_ELEMENTS (fields); j++)
+        {
+          if (fields[j].slot >= 0)
+            record[j] = label_new (e);
+          else if ((fields[j].word & 0xff00) == ('s' << 8))
+            record[j] = skip_string;
+          else
+            record[j] = skip_u32;
+          emit_jump (e, BPF_JMP | BPF_JEQ | BPF_K, fields[j].word,
+                     record[j], NEXT);
+        }
+
+      /* codes 1 to 9 with another type are invalid; higher codes are
+       * skipped if their type is basic */
+      emit_jump (e, BPF_JMP | BPF_JGE | BPF_K, 10u << 24, unknown, bad);
+      label_place (e, unknown);
+      emit_stmt (e, BPF_ALU | BPF_AND | BPF_K, 0x00ffffff);
+      for (j = 0; unknown_types[j] != '\0'; j++)
+        {
+          char type = unknown_types[j];
+
+          emit_jump (e, BPF_JMP | BPF_JEQ | BPF_K,
+                     FIELD_WORD (0, type),
+                     type == 's' || type == 'o' ? skip_string
+                     : type == 'g' ? skip_signature : skip_u32,
+                     unknown_types[j + 1] != '\0' ? NEXT : bad);
+        }
+
+      for (j = 0; j < (int) _DBUS_N_ELEMENTS (fields); j++)
+        {
+          if (fields[j].slot < 0)
+            continue;
+          label_place (e, record[j]);
+          emit_stmt (e, BPF_MISC | BPF_TXA, 0);
+          emit_stmt (e, BPF_ST, fields[j].slot);
+          if (fields[j].slot == M_SIGNATURE)
+            emit_ja (e, skip_signature);
+          else
+            emit_ja (e, skip_string);
+        }
+
+      /* string, object path: u32 length, bytes, nul */
+      label_place (e, skip_string);
+      emit_stmt (e, BPF_LD | BPF_H | BPF_IND, 6);
+      emit_jump (e, BPF_JMP | BPF_JEQ | BPF_K, 0, NEXT, bad);
+      emit_load_le16 (e, 4);
+      emit_stmt (e, BPF_ALU | BPF_ADD | BPF_K, 8 + 1);
+      emit_stmt (e, BPF_ALU | BPF_ADD | BPF_X, 0);
+      emit_ja (e, end);
+
+      /* signature: u8 length, bytes, nul */
+      label_place (e, skip_signature);
+      emit_stmt (e, BPF_LD | BPF_B | BPF_IND, 4);
+      emit_stmt (e, BPF_ALU | BPF_ADD | BPF_K, 4 + 1 + 1);
+      emit_stmt (e, BPF_ALU | BPF_ADD | BPF_X, 0);
+      emit_ja (e, end);
+
+      label_place (e, skip_u32);
+      emit_stmt (e, BPF_MISC | BPF_TXA, 0);
+      emit_stmt (e, BPF_ALU | BPF_ADD | BPF_K, 8);
+
+      /* A = end of the field: the last one ends the array exactly, any
+       * other is followed by another field inside it */
+      label_place (e, end);
+      emit_stmt (e, BPF_LDX | BPF_MEM, M_FIELDS_END);
+      emit_jump (e, BPF_JMP | BPF_JEQ | BPF_X, 0, walked, NEXT);
+      emit_stmt (e, BPF_ALU | BPF_ADD | BPF_K, 7);
+      emit_stmt (e, BPF_ALU | BPF_AND | BPF_K, ~7u);
+      emit_jump (e, BPF_JMP | BPF_JGE | BPF_X, 0, bad, NEXT);
+      emit_stmt (e, BPF_MISC | BPF_TAX, 0);
+    }
+
+  /* more than MAX_FIELDS fields */
+  emit_ja (e, bad);
+}
+
+/* ---- Sets of strings: a decision tree over length, then chunks ---------- */
+
+typedef struct
+{
+  const char *s;
+  int len;
+  int leaf;         /* label to go to when the string at X is s */
+} BusMcastKey;
+
+static int
+key_compare (const void *a,
+             const void *b)
+{
+  const BusMcastKey *ka = a;
+  const BusMcastKey *kb = b;
+
+  if (ka->len != kb->len)
+    return ka->len < kb->len ? -1 : 1;
+  return memcmp (ka->s, kb->s, ka->len);
+}
+
+/* Sorts @keys and drops repeated strings (keeping the first's leaf);
+ * returns how many are left.  Strings too long for any packet go too. */
+static int
+keys_sort_unique (BusMcastKey *keys,
+                  int          n)
+{
+  int i, kept = 0;
+
+  qsort (keys, n, sizeof (BusMcastKey), key_compare);
+  for (i = 0; i < n; i++)
+    {
+      if (keys[i].len > 0xffff)
+        continue;
+      if (kept > 0 && key_compare (&keys[kept - 1], &keys[i]) == 0)
+        continue;
+      keys[kept++] = keys[i];
+    }
+  return kept;
+}
+
+/* What one level of the tree compares: the length, or a chunk */
+typedef dbus_uint32_t (* BusMcastKeyValue) (const BusMcastKey *key,
+                                            int                offset);
+
+static dbus_uint32_t
+key_length_value (const BusMcastKey *key,
+                  int                offset)
+{
+  return SWAP16 ((dbus_uint32_t) key->len);
+}
+
+static dbus_uint32_t
+key_chunk_value (const BusMcastKey *key,
+                 int                offset)
+{
+  return chunk_value (key->s, offset, chunk_size (key->len, offset));
+}
+
+static void emit_trie_chunks (BusMcastEmitter   *e,
+                              const BusMcastKey *keys,
+                              int                n,
+                              int                offset,
+                              int                fail);
+
+/* One level of the tree: @n sorted keys, grouped by value_of(); a group
+ * whose string ends here (@child_offset is its length) goes to its key's
+ * leaf, any other continues with its next chunk.  The last group's
+ * subtree follows inline, the others come after it. */
+static void
+emit_trie_level (BusMcastEmitter   *e,
+                 const BusMcastKey *keys,
+                 int                n,
+                 BusMcastKeyValue   value_of,
+                 int                offset,
+                 int                child_offset,
+                 int                fail)
+{
+  int *labels;
+  int i, j;
+
+  labels = dbus_new (int, n);
+  if (labels == NULL)
+    {
+      e->oom = TRUE;
+      return;
+    }
+
+  for (i = 0; i < n; i = j)
+    {
+      dbus_uint32_t v = value_of (&keys[i], offset);
+      dbus_bool_t last;
+
+      for (j = i + 1; j < n && value_of (&keys[j], offset) == v; j++)
+        ;
+      last = j == n;
+      if (keys[i].len == child_offset)
+        labels[i] = keys[i].leaf;          /* the string ends here */
+      else
+        labels[i] = last ? NEXT : label_new (e);
+      emit_jump (e, BPF_JMP | BPF_JEQ | BPF_K, v, labels[i],
+                 last ? fail : NEXT);
+    }
+
+  for (i = n - 1; i >= 0; i--)
+    if (i == 0 || value_of (&keys[i - 1], offset) != value_of (&keys[i], offset))
+      break;
+  /* i: first key of the last group */
+  if (labels[i] == NEXT)
+    emit_trie_chunks (e, keys + i, n - i, child_offset, fail);
+
+  for (i = 0; i < n; i = j)
+    {
+      dbus_uint32_t v = value_of (&keys[i], offset);
+
+      for (j = i + 1; j < n && value_of (&keys[j], offset) == v; j++)
+        ;
+      if (j == n || labels[i] == keys[i].leaf)
+        continue;
+      label_place (e, labels[i]);
+      emit_trie_chunks (e, keys + i, j - i, child_offset, fail);
+    }
+
+  dbus_free (labels);
+}
+
+/* @keys all have the same length and the same first @offset bytes */
+static void
+emit_trie_chunks (BusMcastEmitter   *e,
+                  const BusMcastKey *keys,
+                  int                n,
+                  int                offset,
+                  int                fail)
+{
+  int size = chunk_size (keys[0].len, offset);
+
+  emit_stmt (e, chunk_load (size), 8 + offset);
+  emit_trie_level (e, keys, n, key_chunk_value, offset, offset + size, fail);
+}
+
+/* Goes to the leaf of the key equal to the string whose field starts at X,
+ * or to @fail.  @keys come from keys_sort_unique(). */
+static void
+emit_trie (BusMcastEmitter   *e,
+           const BusMcastKey *keys,
+           int                n,
+           int                fail)
+{
+  if (n == 0)
+    {
+      emit_ja (e, fail);
+      return;
+    }
+  emit_stmt (e, BPF_LD | BPF_H | BPF_IND, 4);
+  emit_trie_level (e, keys, n, key_length_value, 0, 0, fail);
+}
+
+/* ---- Rules ----------------------------------------------------------------- */
+
+typedef enum
+{
+  SECTION_BROADCAST,    /* signals without DESTINATION */
+  SECTION_EAVESDROP     /* messages addressed to someone else */
+} BusMcastSection;
+
+typedef struct
+{
+  BusMcastEmitter e;
+  BusMcastFilter *filter;
+  BusMcastRule **rules;     /* sorted by rule_compare(), without repeats */
+  int n_rules;
+  BusMcastPrecision level;
+  dbus_bool_t args_loosened;
+} BusMcastCompiler;
+
+static int
+string_compare (const char *a,
+                const char *b)
+{
+  if (a == NULL || b == NULL)
+    return a == b ? 0 : a == NULL ? -1 : 1;
+  return strcmp (a, b);
+}
+
+/* Orders rules by sender first (rules without one first), so the rules of
+ * one sender are adjacent; 0 means the rules match the same messages. */
+static int
+rule_compare (const void *a,
+              const void *b)
+{
+  const BusMcastRule *ra = *(BusMcastRule * const *) a;
+  const BusMcastRule *rb = *(BusMcastRule * const *) b;
+  const DBusMatchRule *ma = ra->rule;
+  const DBusMatchRule *mb = rb->rule;
+  int c, i;
+
+  if ((c = string_compare (ra->sender, rb->sender)) != 0)
+    return c;
+  if (ma->flags != mb->flags)
+    return ma->flags < mb->flags ? -1 : 1;
+  if ((ma->flags & DBUS_MATCH_MESSAGE_TYPE)
+      && ma->message_type != mb->message_type)
+    return ma->message_type < mb->message_type ? -1 : 1;
+  if ((c = string_compare (ma->interface, mb->interface)) != 0
+      || (c = string_compare (ma->member, mb->member)) != 0
+      || (c = string_compare (ma->path, mb->path)) != 0
+      || (c = string_compare (ma->destination, mb->destination)) != 0)
+    return c;
+  if (!(ma->flags & DBUS_MATCH_ARGS))
+    return 0;
+  if (ma->args_len != mb->args_len)
+    return ma->args_len < mb->args_len ? -1 : 1;
+  for (i = 0; i < ma->args_len; i++)
+    {
+      if ((c = string_compare (ma->args[i], mb->args[i])) != 0)
+        return c;
+      if (ma->args[i] != NULL && ma->arg_lens[i] != mb->arg_lens[i])
+        return ma->arg_lens[i] < mb->arg_lens[i] ? -1 : 1;
+    }
+  return 0;
+}
+
+static dbus_bool_t
+rule_applies (const BusMcastRule *r,
+              BusMcastSection     section)
+{
+  const DBusMatchRule *rule = r->rule;
+
+  if (section == SECTION_EAVESDROP)
+    return (rule->flags & DBUS_MATCH_CLIENT_IS_EAVESDROPPING) != 0;
+
+  /* A rule with a destination never matches a broadcast (bus/signals.c) */
+  if (rule->flags & DBUS_MATCH_DESTINATION)
+    return FALSE;
+  return !(rule->flags & DBUS_MATCH_MESSAGE_TYPE)
+    || rule->message_type == DBUS_MESSAGE_TYPE_SIGNAL;
+}
+
+static dbus_bool_t
+rule_tests_arg0 (const BusMcastRule *r)
+{
+  const DBusMatchRule *rule = r->rule;
+
+  return (rule->flags & DBUS_MATCH_ARGS) && rule->args_len > 0
+    && rule->args[0] != NULL;
+}
+
+/* M[M_ARG0_STRING], M[M_ARG0_PATH] = a field-like base of the first
+ * argument (its length at +4, its bytes at +8) if the body starts with a
+ * string (or object path), lies within the packet and is shorter than
+ * 64 KiB; ABSENT otherwise. */
+static void
+emit_arg0_prepare (BusMcastEmitter *e)
+{
+  int string = label_new (e);
+  int done = label_new (e);
+
+  emit_stmt (e, BPF_LD | BPF_IMM, ABSENT);
+  emit_stmt (e, BPF_ST, M_ARG0_STRING);
+  emit_stmt (e, BPF_ST, M_ARG0_PATH);
+
+  /* room for the length, the bytes and the nul */
+  emit_stmt (e, BPF_LDX | BPF_MEM, M_BODY);
+  emit_stmt (e, BPF_LD | BPF_W | BPF_LEN, 0);
+  emit_stmt (e, BPF_ALU | BPF_SUB | BPF_X, 0);
+  emit_jump (e, BPF_JMP | BPF_JGE | BPF_K, 4 + 1, NEXT, done);
+  emit_stmt (e, BPF_ST, M_TEMP);
+  emit_stmt (e, BPF_LD | BPF_H | BPF_IND, 2);
+  emit_jump (e, BPF_JMP | BPF_JEQ | BPF_K, 0, NEXT, done);
+  emit_load_le16 (e, 0);
+  emit_stmt (e, BPF_ALU | BPF_ADD | BPF_K, 4 + 1);
+  emit_stmt (e, BPF_LDX | BPF_MEM, M_TEMP);
+  emit_jump (e, BPF_JMP | BPF_JGT | BPF_X, 0, done, NEXT);
+
+  /* the type: first character of the signature */
+  emit_stmt (e, BPF_LDX | BPF_MEM, M_SIGNATURE);
+  emit_stmt (e, BPF_LD | BPF_B | BPF_IND, 4);
+  emit_jump (e, BPF_JMP | BPF_JEQ | BPF_K, 0, done, NEXT);
+  emit_stmt (e, BPF_LD | BPF_B | BPF_IND, 5);
+  emit_jump (e, BPF_JMP | BPF_JEQ | BPF_K, DBUS_TYPE_STRING, string, NEXT);
+  emit_jump (e, BPF_JMP | BPF_JEQ | BPF_K, DBUS_TYPE_OBJECT_PATH, NEXT, done);
+  emit_stmt (e, BPF_LD | BPF_MEM, M_BODY);
+  emit_stmt (e, BPF_ALU | BPF_SUB | BPF_K, 4);
+  emit_stmt (e, BPF_ST, M_ARG0_PATH);
+  emit_ja (e, done);
+
+  label_place (e, string);
+  emit_stmt (e, BPF_LD | BPF_MEM, M_BODY);
+  emit_stmt (e, BPF_ALU | BPF_SUB | BPF_K, 4);
+  emit_stmt (e, BPF_ST, M_ARG0_STRING);
+  emit_stmt (e, BPF_ST, M_ARG0_PATH);
+  label_place (e, done);
+}
+
+/* argN= (strings only), argNpath= (strings and object paths) and
+ * arg0namespace= on the first argument (bus/signals.c) */
+static void
+emit_arg0_test (BusMcastEmitter     *e,
+                const DBusMatchRule *rule,
+                int                  fail)
+{
+  unsigned int how = rule->arg_lens[0] & DBUS_MATCH_ARG_FLAGS;
+
+  emit_stmt (e, BPF_LD | BPF_MEM,
+             (how & DBUS_MATCH_ARG_IS_PATH) ? M_ARG0_PATH : M_ARG0_STRING);
+  emit_jump (e, BPF_JMP | BPF_JEQ | BPF_K, ABSENT, fail, NEXT);
+  emit_stmt (e, BPF_MISC | BPF_TAX, 0);
+  if (how & DBUS_MATCH_ARG_IS_PATH)
+    emit_arg_path_test (e, rule->args[0], fail);
+  else if (how & DBUS_MATCH_ARG_NAMESPACE)
+    emit_namespace_test (e, rule->args[0], '.', fail);
+  else
+    emit_string_test (e, rule->args[0], fail);
+}
+
+static void
+emit_field_string_test (BusMcastEmitter *e,
+                        int              slot,
+                        const char      *s,
+                        int              fail)
+{
+  emit_stmt (e, BPF_LDX | BPF_MEM, slot);
+  emit_string_test (e, s, fail);
+}
+
+/* Every key of @r but its sender, as far as the level allows; goes to
+ * @fail if one does not match, falls through if all do. */
+static void
+emit_rule_keys (BusMcastCompiler   *c,
+                const BusMcastRule *r,
+                BusMcastSection     section,
+                int                 fail)
+{
+  BusMcastEmitter *e = &c->e;
+  const DBusMatchRule *rule = r->rule;
+  int i;
+
+  /* a broadcast is a signal: rule_applies() checked the type */
+  if (section == SECTION_EAVESDROP && (rule->flags & DBUS_MATCH_MESSAGE_TYPE))
+    {
+      emit_stmt (e, BPF_LD | BPF_B | BPF_ABS, 1);
+      emit_jump (e, BPF_JMP | BPF_JEQ | BPF_K, rule->message_type, NEXT, fail);
+    }
+  if (rule->flags & DBUS_MATCH_MEMBER)
+    emit_field_string_test (e, M_MEMBER, rule->member, fail);
+  if (rule->flags & DBUS_MATCH_INTERFACE)
+    emit_field_string_test (e, M_INTERFACE, rule->interface, fail);
+  if (rule->flags & DBUS_MATCH_PATH)
+    emit_field_string_test (e, M_PATH, rule->path, fail);
+  if (rule->flags & DBUS_MATCH_PATH_NAMESPACE)
+    {
+      if (strcmp (rule->path, "/") == 0)
+        {
+          emit_stmt (e, BPF_LD | BPF_MEM, M_PATH);
+          emit_jump (e, BPF_JMP | BPF_JEQ | BPF_K, ABSENT, fail, NEXT);
+        }
+      else
+        {
+          emit_stmt (e, BPF_LDX | BPF_MEM, M_PATH);
+          emit_namespace_test (e, rule->path, '/', fail);
+        }
+    }
+  if (rule->flags & DBUS_MATCH_DESTINATION)
+    emit_field_string_test (e, M_DESTINATION, rule->destination, fail);
+
+  if (!(rule->flags & DBUS_MATCH_ARGS) || c->level != BUS_MCAST_PRECISION_EXACT)
+    return;
+  for (i = 0; i < rule->args_len; i++)
+    {
+      if (rule->args[i] == NULL)
+        continue;
+      if (i == 0)
+        emit_arg0_test (e, rule, fail);
+      else
+        c->args_loosened = TRUE;    /* no fixed offset: taken as matching */
+    }
+}
+
+/* Rules one after another: goes to @pass at the first that matches, to
+ * @fail if none does */
+static void
+emit_rule_list (BusMcastCompiler *c,
+                BusMcastRule    **rules,
+                int               n,
+                BusMcastSection   section,
+                int               pass,
+                int               fail)
+{
+  BusMcastEmitter *e = &c->e;
+  int i;
+
+  for (i = 0; i < n; i++)
+    {
+      int next = label_new (e);
+      int before = e->n_insns;
+
+      emit_rule_keys (c, rules[i], section, next);
+      emit_ja (e, pass);
+      label_place (e, next);
+      if (e->n_insns == before + 1)
+        return;     /* matches every message: the rest can't add anything */
+    }
+  emit_ja (e, fail);
+}
+
+/* The rules that apply to @section: the senders they ask for in one tree,
+ * then each sender's rules, then the rules without a sender */
+static void
+emit_rule_section (BusMcastCompiler *c,
+                   BusMcastSection   section,
+                   int               pass,
+                   int               fail)
+{
+  BusMcastEmitter *e = &c->e;
+  BusMcastRule **set;
+  BusMcastKey *keys;
+  int *first;       /* per key: index in set of its first rule */
+  int n = 0, n_unsent = 0, n_keys = 0;
+  dbus_bool_t arg0 = FALSE;
+  int i, k, others;
+
+  set = dbus_new (BusMcastRule *, c->n_rules + 1);
+  keys = dbus_new (BusMcastKey, c->n_rules + 1);
+  first = dbus_new (int, c->n_rules + 2);
+  if (set == NULL || keys == NULL || first == NULL)
+    {
+      e->oom = TRUE;
+      goto out;
+    }
+
+  /* c->rules is sorted: rules without sender, then by sender */
+  for (i = 0; i < c->n_rules; i++)
+    {
+      BusMcastRule *r = c->rules[i];
+
+      if (!rule_applies (r, section))
+        continue;
+      if (r->sender == NULL)
+        n_unsent++;
+      else if (n == n_unsent || strcmp (set[n - 1]->sender, r->sender) != 0)
+        {
+          keys[n_keys].s = r->sender;
+          keys[n_keys].len = strlen (r->sender);
+          keys[n_keys].leaf = c->level == BUS_MCAST_PRECISION_SENDERS
+            ? pass : label_new (e);
+          first[n_keys++] = n;
+        }
+      arg0 = arg0 || rule_tests_arg0 (r);
+      set[n++] = r;
+    }
+  first[n_keys] = n;
+
+  if (n == 0)
+    {
+      emit_ja (e, fail);
+      goto out;
+    }
+  if (c->level == BUS_MCAST_PRECISION_SIGNALS
+      || (c->level == BUS_MCAST_PRECISION_SENDERS && n_unsent > 0))
+    {
+      emit_ja (e, pass);
+      goto out;
+    }
+
+  if (arg0 && c->level == BUS_MCAST_PRECISION_EXACT)
+    emit_arg0_prepare (e);
+
+  others = n_unsent > 0 ? label_new (e) : fail;
+  if (n_keys > 0)
+    {
+      BusMcastKey *sorted = dbus_new (BusMcastKey, n_keys);
+
+      if (sorted == NULL)
+        {
+          e->oom = TRUE;
+          goto out;
+        }
+      memcpy (sorted, keys, sizeof (BusMcastKey) * n_keys);
+      /* senders are already distinct: this only orders them */
+      emit_stmt (e, BPF_LDX | BPF_MEM, M_SENDER);
+      emit_trie (e, sorted, keys_sort_unique (sorted, n_keys), others);
+      dbus_free (sorted);
+    }
+  if (c->level != BUS_MCAST_PRECISION_SENDERS)
+    for (k = 0; k < n_keys; k++)
+      {
+        label_place (e, keys[k].leaf);
+        emit_rule_list (c, set + first[k], first[k + 1] - first[k], section,
+                        pass, others);
+      }
+  if (n_unsent > 0)
+    {
+      label_place (e, others);
+      emit_rule_list (c, set, n_unsent, section, pass, fail);
+    }
+
+out:
+  dbus_free (set);
+  dbus_free (keys);
+  dbus_free (first);
+}
+
+/* ---- Programs ---------------------------------------------------------------- */
+
+/* The names as a tree leading to @leaf */
+static void
+emit_names (BusMcastCompiler *c,
+            int               leaf,
+            int               fail)
+{
+  BusMcastEmitter *e = &c->e;
+  BusMcastKey *keys;
+  int i;
+
+  keys = dbus_new (BusMcastKey, c->filter->n_names + 1);
+  if (keys == NULL)
+    {
+      e->oom = TRUE;
+      return;
+    }
+  for (i = 0; i < c->filter->n_names; i++)
+    {
+      keys[i].s = c->filter->names[i];
+      keys[i].len = strlen (keys[i].s);
+      keys[i].leaf = leaf;
+    }
+  emit_stmt (e, BPF_LDX | BPF_MEM, M_DESTINATION);
+  emit_trie (e, keys, keys_sort_unique (keys, c->filter->n_names), fail);
+  dbus_free (keys);
+}
+
+/* The whole program at c->level; without names (DAEMON only) every
+ * message with a destination passes. */
+static void
+emit_program (BusMcastCompiler *c,
+              dbus_bool_t       with_names)
+{
+  BusMcastEmitter *e = &c->e;
+  dbus_bool_t member = c->filter->kind == BUS_MCAST_FILTER_MEMBER;
+  int walked, no_destination, eavesdrop;
+
+  e->pass = label_new (e);
+  e->drop = label_new (e);
+  walked = label_new (e);
+  no_destination = label_new (e);
+  eavesdrop = label_new (e);
+
+  emit_header_walk (e, member ? e->drop : e->pass, walked);
+  label_place (e, walked);
+
+  emit_stmt (e, BPF_LD | BPF_MEM, M_DESTINATION);
+  emit_jump (e, BPF_JMP | BPF_JEQ | BPF_K, ABSENT, no_destination, NEXT);
+  if (member)
+    {
+      /* ours, or eavesdropped */
+      emit_names (c, e->pass, eavesdrop);
+      label_place (e, eavesdrop);
+      emit_rule_section (c, SECTION_EAVESDROP, e->pass, e->drop);
+    }
+  else if (with_names)
+    {
+      /* a member's (it got it directly), unless eavesdropped */
+      emit_names (c, eavesdrop, e->pass);
+      label_place (e, eavesdrop);
+      emit_rule_section (c, SECTION_EAVESDROP, e->pass, e->drop);
+    }
+  else
+    {
+      emit_ja (e, e->pass);
+    }
+
+  /* no destination: a member gets only signals, the daemon everything
+   * else (method calls to the bus driver) */
+  label_place (e, no_destination);
+  emit_stmt (e, BPF_LD | BPF_B | BPF_ABS, 1);
+  emit_jump (e, BPF_JMP | BPF_JEQ | BPF_K, DBUS_MESSAGE_TYPE_SIGNAL,
+             NEXT, member ? e->drop : e->pass);
+  emit_rule_section (c, SECTION_BROADCAST, e->pass, e->drop);
+
+  label_place (e, e->pass);
+  emit_stmt (e, BPF_RET | BPF_K, PASS_VALUE);
+  label_place (e, e->drop);
+  emit_stmt (e, BPF_RET | BPF_K, DROP_VALUE);
+}
+
+/* FALSE with *oom set, or if it does not fit */
+static dbus_bool_t
+compile_at (BusMcastCompiler  *c,
+            BusMcastPrecision  level,
+            dbus_bool_t        with_names,
+            BusMcastProgram   *program,
+            dbus_bool_t       *oom)
+{
+  BusMcastEmitter *e = &c->e;
+  dbus_bool_t ok;
+
+  memset (e, 0, sizeof (BusMcastEmitter));
+  c->level = level;
+  c->args_loosened = FALSE;
+  emit_program (c, with_names);
+  ok = bus_mcast_emitter_finish (e, program);
+  *oom = e->oom;
+  dbus_free (e->insns);
+  dbus_free (e->labels);
+  if (ok)
+    program->precision = level == BUS_MCAST_PRECISION_EXACT && c->args_loosened
+      ? BUS_MCAST_PRECISION_NO_ARGS : level;
+  return ok;
+}
+
+dbus_bool_t
+bus_mcast_filter_compile (BusMcastFilter  *filter,
+                          BusMcastProgram *program,
+                          DBusError       *error)
+{
+  BusMcastCompiler c;
+  BusMcastPrecision level;
+  dbus_bool_t oom = FALSE;
+  int i, n;
+
+  _DBUS_ASSERT_ERROR_IS_CLEAR (error);
+
+  program->insns = NULL;
+  program->len = 0;
+  program->precision = BUS_MCAST_PRECISION_EXACT;
+
+  if (filter->accept_all)
+    {
+      program->insns = dbus_new (struct sock_filter, 1);
+      if (program->insns == NULL)
+        {
+          BUS_SET_OOM (error);
+          return FALSE;
+        }
+      program->insns[0] =
+        (struct sock_filter) BPF_STMT (BPF_RET | BPF_K, PASS_VALUE);
+      program->len = 1;
+      return TRUE;
+    }
+
+  memset (&c, 0, sizeof (c));
+  c.filter = filter;
+  c.rules = dbus_new (BusMcastRule *, filter->n_rules + 1);
+  if (c.rules == NULL)
+    {
+      BUS_SET_OOM (error);
+      return FALSE;
+    }
+  for (i = 0; i < filter->n_rules; i++)
+    c.rules[i] = &filter->rules[i];
+  qsort (c.rules, filter->n_rules, sizeof (BusMcastRule *), rule_compare);
+  for (i = 0, n = 0; i < filter->n_rules; i++)
+    if (n == 0 || rule_compare (&c.rules[n - 1], &c.rules[i]) != 0)
+      c.rules[n++] = c.rules[i];
+  c.n_rules = n;
+
+  for (level = BUS_MCAST_PRECISION_EXACT;
+       level <= BUS_MCAST_PRECISION_SIGNALS && !oom;
+       level++)
+    if (compile_at (&c, level, TRUE, program, &oom))
+      goto out;
+
+  /* Too many names: the daemon may get more than it needs, never a
+   * member */
+  if (!oom && filter->kind == BUS_MCAST_FILTER_DAEMON
+      && compile_at (&c, BUS_MCAST_PRECISION_SIGNALS, FALSE, program, &oom))
+    goto out;
+
+  if (oom)
+    BUS_SET_OOM (error);
+  else
+    dbus_set_error (error, DBUS_ERROR_LIMITS_EXCEEDED,
+                    "The %d names of this connection do not fit in a "
+                    "socket filter", filter->n_names);
+  dbus_free (c.rules);
+  return FALSE;
+
+out:
+  dbus_free (c.rules);
+  return TRUE;
+}

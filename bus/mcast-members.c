@@ -1,0 +1,656 @@
+/* -*- mode: C; c-file-style: "gnu"; indent-tabs-mode: nil; -*- */
+/* mcast-members.c  The members of the kernel multicast group, and keeping
+ *                  every kernel filter in step with names and match rules
+ *
+ * See mcast-members.h for what this module is for.
+ *
+ * Copyright (C) 2026 dbus-mcast contributors
+ * Licensed under the Academic Free License version 2.1 or the GNU General
+ * Public License version 2 or later, like the rest of dbus.
+ */
+
+#include <config.h>
+#include "mcast-members.h"
+
+#include <errno.h>
+#include <string.h>
+#include <sys/socket.h>
+
+#include <dbus/dbus-list.h>
+#include <dbus/dbus-mcast-uapi.h>
+#include <dbus/dbus-match-rule.h>
+#include "connection.h"
+#include "mcast-filter.h"
+#include "services.h"
+#include "utils.h"
+
+/* What the daemon knows about one connection, in a connection data slot.
+ * Classic connections have one too as soon as they add a match rule: their
+ * rules decide which broadcasts the daemon's own filters must pass. */
+typedef struct
+{
+  DBusConnection *connection;  /**< not referenced: lives as long as it */
+  DBusList *rules;             /**< DBusMatchRule *, in AddMatch order */
+  dbus_bool_t member;          /**< admitted into the group */
+  dbus_bool_t monitor;         /**< BecomeMonitor succeeded */
+  DBusList *names;             /**< during a flush: the names it owns */
+  BusMcastProgram peer_filter; /**< member: the program installed */
+  BusMcastProgram own_filter;  /**< member: the daemon's program on its socket */
+} BusMcastConnection;
+
+struct BusMcastMembers
+{
+  BusContext *context;
+  DBusList *members;           /**< BusMcastConnection *, admitted ones */
+  DBusList *classic;           /**< BusMcastConnection *, classic ones with rules */
+  int n_classic_monitors;      /**< monitors the daemon must copy everything to */
+  dbus_bool_t dirty;           /**< some filter may be out of date */
+};
+
+static dbus_int32_t connection_slot = -1;
+
+static dbus_bool_t
+program_equal (const BusMcastProgram *a,
+               const BusMcastProgram *b)
+{
+  return a->len == b->len && a->insns != NULL && b->insns != NULL &&
+         memcmp (a->insns, b->insns, a->len * sizeof (struct sock_filter)) == 0;
+}
+
+/* Replace @installed with a copy of @program, after the kernel took it. */
+static dbus_bool_t
+program_copy (BusMcastProgram       *installed,
+              const BusMcastProgram *program)
+{
+  struct sock_filter *insns;
+
+  insns = dbus_new (struct sock_filter, program->len);
+  if (insns == NULL)
+    return FALSE;
+
+  memcpy (insns, program->insns, program->len * sizeof (struct sock_filter));
+  bus_mcast_program_clear (installed);
+  installed->insns = insns;
+  installed->len = program->len;
+  installed->precision = program->precision;
+  return TRUE;
+}
+
+static void
+mcast_connection_free (void *data)
+{
+  BusMcastConnection *mc = data;
+
+  _dbus_list_clear_full (&mc->rules, (DBusFreeFunction) _dbus_match_rule_unref);
+  _dbus_list_clear (&mc->names);
+  bus_mcast_program_clear (&mc->peer_filter);
+  bus_mcast_program_clear (&mc->own_filter);
+  dbus_free (mc);
+}
+
+static BusMcastConnection *
+mcast_connection_get (DBusConnection *connection)
+{
+  if (connection_slot < 0)
+    return NULL;
+
+  return dbus_connection_get_data (connection, connection_slot);
+}
+
+static BusMcastConnection *
+mcast_connection_ensure (DBusConnection *connection)
+{
+  BusMcastConnection *mc;
+
+  mc = mcast_connection_get (connection);
+  if (mc != NULL)
+    return mc;
+
+  mc = dbus_new0 (BusMcastConnection, 1);
+  if (mc == NULL)
+    return NULL;
+
+  mc->connection = connection;
+  if (!dbus_connection_set_data (connection, connection_slot, mc,
+                                 mcast_connection_free))
+    {
+      dbus_free (mc);
+      return NULL;
+    }
+
+  return mc;
+}
+
+BusMcastMembers *
+bus_mcast_members_new (BusContext *context)
+{
+  BusMcastMembers *members;
+
+  if (!dbus_connection_allocate_data_slot (&connection_slot))
+    return NULL;
+
+  members = dbus_new0 (BusMcastMembers, 1);
+  if (members == NULL)
+    {
+      dbus_connection_free_data_slot (&connection_slot);
+      return NULL;
+    }
+
+  members->context = context;
+  return members;
+}
+
+void
+bus_mcast_members_free (BusMcastMembers *members)
+{
+  if (members == NULL)
+    return;
+
+  /* The connections own their BusMcastConnection */
+  _dbus_list_clear (&members->members);
+  _dbus_list_clear (&members->classic);
+  dbus_free (members);
+  dbus_connection_free_data_slot (&connection_slot);
+}
+
+dbus_bool_t
+bus_mcast_members_is_member (DBusConnection *connection)
+{
+  BusMcastConnection *mc = mcast_connection_get (connection);
+
+  return mc != NULL && mc->member;
+}
+
+int
+bus_mcast_members_get_n_members (BusMcastMembers *members)
+{
+  return _dbus_list_get_length (&members->members);
+}
+
+/* The unique name owning @rule's well-known sender name, or NULL. */
+static const char *
+rule_sender_owner (BusRegistry         *registry,
+                   const DBusMatchRule *rule)
+{
+  DBusString name;
+  BusService *service;
+  DBusConnection *owner;
+
+  if (rule->sender == NULL || rule->sender[0] == ':')
+    return NULL;
+
+  /* The bus driver owns its name without being a connection */
+  if (strcmp (rule->sender, DBUS_SERVICE_DBUS) == 0)
+    return DBUS_SERVICE_DBUS;
+
+  _dbus_string_init_const (&name, rule->sender);
+  service = bus_registry_lookup (registry, &name);
+  if (service == NULL)
+    return NULL;
+
+  owner = bus_service_get_primary_owners_connection (service);
+  return owner != NULL ? bus_connection_get_name (owner) : NULL;
+}
+
+static dbus_bool_t
+add_rules (BusMcastFilter     *filter,
+           BusRegistry        *registry,
+           BusMcastConnection *mc)
+{
+  DBusList *link;
+
+  for (link = _dbus_list_get_first_link (&mc->rules);
+       link != NULL;
+       link = _dbus_list_get_next_link (&mc->rules, link))
+    {
+      DBusMatchRule *rule = link->data;
+
+      if (!bus_mcast_filter_add_rule (filter, rule,
+                                      rule_sender_owner (registry, rule)))
+        return FALSE;
+    }
+
+  return TRUE;
+}
+
+/* The names every member owns now, in mc->names, and all of them in
+ * @daemon_filter: the daemon does not need what members get directly. */
+static dbus_bool_t
+collect_names (BusMcastMembers *members,
+               BusMcastFilter  *daemon_filter,
+               char          ***names)
+{
+  BusRegistry *registry = bus_context_get_registry (members->context);
+  DBusList *link;
+  int i;
+
+  for (link = _dbus_list_get_first_link (&members->members);
+       link != NULL;
+       link = _dbus_list_get_next_link (&members->members, link))
+    _dbus_list_clear (&((BusMcastConnection *) link->data)->names);
+
+  if (!bus_registry_list_services (registry, names, NULL))
+    return FALSE;
+
+  for (i = 0; (*names)[i] != NULL; i++)
+    {
+      DBusString name;
+      BusService *service;
+      BusMcastConnection *owner;
+
+      _dbus_string_init_const (&name, (*names)[i]);
+      service = bus_registry_lookup (registry, &name);
+      if (service == NULL)
+        continue;
+
+      owner = mcast_connection_get (bus_service_get_primary_owners_connection (service));
+      if (owner == NULL || !owner->member)
+        continue;
+
+      if (!_dbus_list_append (&owner->names, (*names)[i]) ||
+          !bus_mcast_filter_add_name (daemon_filter, (*names)[i]))
+        return FALSE;
+    }
+
+  return TRUE;
+}
+
+static dbus_bool_t
+compile_daemon_filter (BusMcastMembers *members,
+                       BusMcastFilter  *filter,
+                       BusMcastProgram *program,
+                       DBusError       *error)
+{
+  BusRegistry *registry = bus_context_get_registry (members->context);
+  DBusList *link;
+
+  if (members->n_classic_monitors > 0)
+    bus_mcast_filter_accept_all (filter);
+
+  for (link = _dbus_list_get_first_link (&members->classic);
+       link != NULL;
+       link = _dbus_list_get_next_link (&members->classic, link))
+    {
+      if (!add_rules (filter, registry, link->data))
+        {
+          BUS_SET_OOM (error);
+          return FALSE;
+        }
+    }
+
+  return bus_mcast_filter_compile (filter, program, error);
+}
+
+static dbus_bool_t
+compile_peer_filter (BusMcastMembers    *members,
+                     BusMcastConnection *mc,
+                     BusMcastProgram    *program,
+                     DBusError          *error)
+{
+  BusRegistry *registry = bus_context_get_registry (members->context);
+  BusMcastFilter *filter;
+  DBusList *link;
+  dbus_bool_t ok = FALSE;
+
+  filter = bus_mcast_filter_new (BUS_MCAST_FILTER_MEMBER);
+  if (filter == NULL)
+    {
+      BUS_SET_OOM (error);
+      return FALSE;
+    }
+
+  if (mc->monitor)
+    bus_mcast_filter_accept_all (filter);
+
+  if (!bus_mcast_filter_add_name (filter,
+                                  bus_connection_get_name (mc->connection)))
+    goto oom;
+
+  for (link = _dbus_list_get_first_link (&mc->names);
+       link != NULL;
+       link = _dbus_list_get_next_link (&mc->names, link))
+    {
+      if (!bus_mcast_filter_add_name (filter, link->data))
+        goto oom;
+    }
+
+  if (!add_rules (filter, registry, mc))
+    goto oom;
+
+  ok = bus_mcast_filter_compile (filter, program, error);
+  goto out;
+
+ oom:
+  BUS_SET_OOM (error);
+ out:
+  bus_mcast_filter_free (filter);
+  return ok;
+}
+
+static dbus_bool_t
+set_program (DBusConnection        *connection,
+             int                    level,
+             int                    option,
+             const BusMcastProgram *program,
+             BusMcastProgram       *installed,
+             DBusError             *error)
+{
+  struct sock_fprog fprog;
+  int fd;
+
+  if (program_equal (program, installed))
+    return TRUE;
+
+  if (!dbus_connection_get_socket (connection, &fd))
+    {
+      dbus_set_error (error, DBUS_ERROR_DISCONNECTED, "Connection has no socket");
+      return FALSE;
+    }
+
+  fprog.len = program->len;
+  fprog.filter = program->insns;
+  if (setsockopt (fd, level, option, &fprog, sizeof (fprog)) < 0)
+    {
+      dbus_set_error (error, _dbus_error_from_errno (errno),
+                      "Could not install a kernel filter for %s: %s",
+                      bus_connection_get_name (connection),
+                      _dbus_strerror (errno));
+      return FALSE;
+    }
+
+  if (!program_copy (installed, program))
+    {
+      /* The kernel has the program; forgetting our copy only costs a
+       * redundant replacement next time. */
+      bus_mcast_program_clear (installed);
+    }
+
+  return TRUE;
+}
+
+/* Bring @mc's two programs up to date; both are in the kernel when this
+ * returns TRUE. */
+static dbus_bool_t
+update_member (BusMcastMembers       *members,
+               BusMcastConnection    *mc,
+               const BusMcastProgram *daemon_program,
+               DBusError             *error)
+{
+  BusMcastProgram peer = { NULL, 0, BUS_MCAST_PRECISION_EXACT };
+  dbus_bool_t ok;
+
+  if (!compile_peer_filter (members, mc, &peer, error))
+    return FALSE;
+
+  /* The member's own filter first: a name it gains reaches it before the
+   * daemon stops receiving it (doc/design.md). */
+#ifdef DBUS_HAVE_MCAST_UAPI
+  ok = set_program (mc->connection, SOL_UNIX, UNIX_PEER_FILTER, &peer,
+                    &mc->peer_filter, error) &&
+       set_program (mc->connection, SOL_SOCKET, SO_ATTACH_FILTER,
+                    daemon_program, &mc->own_filter, error);
+#else
+  /* Unreachable: without the UAPI nobody is admitted (mcast-admission.c) */
+  dbus_set_error_const (error, DBUS_ERROR_NOT_SUPPORTED,
+                        "Built without the kernel's multicast interface");
+  ok = FALSE;
+#endif
+  bus_mcast_program_clear (&peer);
+  return ok;
+}
+
+void
+bus_mcast_members_flush (BusMcastMembers *members)
+{
+  BusMcastProgram daemon_program = { NULL, 0, BUS_MCAST_PRECISION_EXACT };
+  BusMcastFilter *daemon_filter;
+  DBusList *link, *next;
+  DBusError error = DBUS_ERROR_INIT;
+  char **names = NULL;
+
+  if (members == NULL || !members->dirty)
+    return;
+
+  daemon_filter = bus_mcast_filter_new (BUS_MCAST_FILTER_DAEMON);
+  if (daemon_filter == NULL)
+    {
+      BUS_SET_OOM (&error);
+      goto failed;
+    }
+
+  if (!collect_names (members, daemon_filter, &names))
+    {
+      BUS_SET_OOM (&error);
+      goto failed;
+    }
+
+  if (!compile_daemon_filter (members, daemon_filter, &daemon_program, &error))
+    goto failed;
+
+  for (link = _dbus_list_get_first_link (&members->members);
+       link != NULL;
+       link = next)
+    {
+      BusMcastConnection *mc = link->data;
+
+      next = _dbus_list_get_next_link (&members->members, link);
+      if (update_member (members, mc, &daemon_program, &error))
+        continue;
+
+      /* A member whose filter cannot be brought up to date would receive
+       * what is no longer its own, or miss what is: it has to go. */
+      bus_context_log (members->context, DBUS_SYSTEM_LOG_WARNING,
+                       "Disconnecting multicast member %s: %s",
+                       bus_connection_get_name (mc->connection), error.message);
+      dbus_error_free (&error);
+      dbus_connection_close (mc->connection);
+    }
+
+  members->dirty = FALSE;
+  goto out;
+
+ failed:
+  /* Left dirty: the next transaction tries again. */
+  bus_context_log (members->context, DBUS_SYSTEM_LOG_WARNING,
+                   "Could not update the multicast filters: %s",
+                   error.message);
+  dbus_error_free (&error);
+ out:
+  for (link = _dbus_list_get_first_link (&members->members);
+       link != NULL;
+       link = _dbus_list_get_next_link (&members->members, link))
+    _dbus_list_clear (&((BusMcastConnection *) link->data)->names);
+  dbus_free_string_array (names);
+  bus_mcast_program_clear (&daemon_program);
+  if (daemon_filter != NULL)
+    bus_mcast_filter_free (daemon_filter);
+}
+
+dbus_bool_t
+bus_mcast_members_add (BusMcastMembers *members,
+                       DBusConnection  *connection,
+                       DBusError       *error)
+{
+  BusMcastConnection *mc;
+
+  mc = mcast_connection_ensure (connection);
+  if (mc == NULL || !_dbus_list_append (&members->members, mc))
+    {
+      BUS_SET_OOM (error);
+      return FALSE;
+    }
+
+  /* A classic connection has no rules yet: it sent nothing but Hello. */
+  _dbus_assert (mc->rules == NULL);
+  mc->member = TRUE;
+  members->dirty = TRUE;
+
+  /* Its filters must be in place before it is admitted. */
+  bus_mcast_members_flush (members);
+  if (mc->peer_filter.insns == NULL || mc->own_filter.insns == NULL)
+    {
+      dbus_set_error (error, DBUS_ERROR_FAILED,
+                      "Could not install the kernel filters of %s",
+                      bus_connection_get_name (connection));
+      _dbus_list_remove (&members->members, mc);
+      mc->member = FALSE;
+      return FALSE;
+    }
+
+  return TRUE;
+}
+
+void
+bus_mcast_members_disconnected (BusMcastMembers *members,
+                                DBusConnection  *connection)
+{
+  BusMcastConnection *mc = mcast_connection_get (connection);
+
+  if (mc == NULL)
+    return;
+
+  if (mc->member)
+    _dbus_list_remove (&members->members, mc);
+  else
+    _dbus_list_remove (&members->classic, mc);
+
+  if (mc->monitor && !mc->member)
+    members->n_classic_monitors -= 1;
+
+  _dbus_list_clear_full (&mc->rules, (DBusFreeFunction) _dbus_match_rule_unref);
+  mc->member = FALSE;
+  mc->monitor = FALSE;
+  members->dirty = TRUE;
+}
+
+void
+bus_mcast_members_close_all (BusMcastMembers *members)
+{
+  DBusList *link;
+
+  for (link = _dbus_list_get_first_link (&members->members);
+       link != NULL;
+       link = _dbus_list_get_next_link (&members->members, link))
+    dbus_connection_close (((BusMcastConnection *) link->data)->connection);
+}
+
+dbus_bool_t
+bus_mcast_members_add_rule (BusMcastMembers  *members,
+                            DBusConnection   *connection,
+                            const DBusString *text,
+                            DBusError        *error)
+{
+  BusMcastConnection *mc;
+  DBusMatchRule *rule;
+  dbus_bool_t first;
+
+  rule = _dbus_match_rule_parse (text, error);
+  if (rule == NULL)
+    return FALSE;
+
+  mc = mcast_connection_ensure (connection);
+  if (mc == NULL)
+    goto oom;
+
+  first = !mc->member && mc->rules == NULL;
+  if (!_dbus_list_append (&mc->rules, rule))
+    goto oom;
+
+  if (first && !_dbus_list_append (&members->classic, mc))
+    {
+      _dbus_list_remove_last (&mc->rules, rule);
+      goto oom;
+    }
+
+  members->dirty = TRUE;
+  return TRUE;
+
+ oom:
+  _dbus_match_rule_unref (rule);
+  BUS_SET_OOM (error);
+  return FALSE;
+}
+
+void
+bus_mcast_members_remove_rule (BusMcastMembers  *members,
+                               DBusConnection   *connection,
+                               const DBusString *text)
+{
+  BusMcastConnection *mc = mcast_connection_get (connection);
+  DBusMatchRule *rule;
+  DBusList *link;
+
+  if (mc == NULL)
+    return;
+
+  rule = _dbus_match_rule_parse (text, NULL);
+  if (rule == NULL)
+    {
+      /* Out of memory: the filter keeps passing what the rule asked for,
+       * which libdbus drops (doc/design.md); the next change retries. */
+      members->dirty = TRUE;
+      return;
+    }
+
+  /* Like dbus-daemon, RemoveMatch removes the most recent equal rule. */
+  for (link = _dbus_list_get_last_link (&mc->rules);
+       link != NULL;
+       link = _dbus_list_get_prev_link (&mc->rules, link))
+    {
+      if (_dbus_match_rule_equal (link->data, rule))
+        {
+          _dbus_match_rule_unref (link->data);
+          _dbus_list_remove_link (&mc->rules, link);
+          members->dirty = TRUE;
+          break;
+        }
+    }
+
+  _dbus_match_rule_unref (rule);
+}
+
+dbus_bool_t
+bus_mcast_members_become_monitor (BusMcastMembers *members,
+                                  DBusConnection  *connection,
+                                  DBusError       *error)
+{
+  BusMcastConnection *mc;
+
+  mc = mcast_connection_ensure (connection);
+  if (mc == NULL)
+    {
+      BUS_SET_OOM (error);
+      return FALSE;
+    }
+
+  if (mc->monitor)
+    return TRUE;
+
+  /* Like the daemon, forget the rules it had: a monitor gets everything
+   * its BecomeMonitor rules match, through an accept-all filter. */
+  _dbus_list_clear_full (&mc->rules, (DBusFreeFunction) _dbus_match_rule_unref);
+
+  if (!mc->member)
+    {
+      /* A classic monitor is sent copies by the daemon, which therefore
+       * needs to see everything members send. */
+      _dbus_list_remove (&members->classic, mc);
+      if (!_dbus_list_append (&members->classic, mc))
+        {
+          BUS_SET_OOM (error);
+          return FALSE;
+        }
+      members->n_classic_monitors += 1;
+    }
+
+  mc->monitor = TRUE;
+  members->dirty = TRUE;
+  return TRUE;
+}
+
+void
+bus_mcast_members_names_changed (BusMcastMembers *members)
+{
+  if (members != NULL)
+    members->dirty = TRUE;
+}

@@ -1,0 +1,56 @@
+/* -*- mode: C; c-file-style: "gnu"; indent-tabs-mode: nil; -*- */
+/* mcast-members.h  The members of the kernel multicast group, and keeping
+ *                  every kernel filter in step with names and match rules
+ *
+ * What this module is for: once a client is a member (bus/mcast-admission.h)
+ * the kernel delivers to it what its peer filter passes, and delivers to
+ * dbus-daemon what the daemon's socket filter on the member's connection
+ * passes (doc/design.md).  Both programs are functions of the bus state:
+ * who owns which name, and every connection's match rules (classic
+ * clients' rules decide which broadcasts the daemon must see).  This
+ * module keeps that state per connection, marks the bus dirty when it
+ * changes, and recompiles (bus/mcast-filter.h) and replaces the programs
+ * that changed in bus_mcast_members_flush(), which dbus-daemon calls before
+ * any transaction's messages go out: a client that receives the reply to
+ * its AddMatch or RequestName, or a NameOwnerChanged, finds the kernel
+ * filters already updated.
+ *
+ * Copyright (C) 2026 dbus-mcast contributors
+ * Licensed under the Academic Free License version 2.1 or the GNU General
+ * Public License version 2 or later, like the rest of dbus.
+ */
+
+#ifndef BUS_MCAST_MEMBERS_H
+#define BUS_MCAST_MEMBERS_H
+
+#include <dbus/dbus.h>
+#include <dbus/dbus-string.h>
+#include "bus.h"
+
+BusMcastMembers *bus_mcast_members_new            (BusContext        *context);
+void             bus_mcast_members_free           (BusMcastMembers   *members);
+
+dbus_bool_t      bus_mcast_members_add            (BusMcastMembers   *members,
+                                                   DBusConnection    *connection,
+                                                   DBusError         *error);
+dbus_bool_t      bus_mcast_members_is_member      (DBusConnection    *connection);
+int              bus_mcast_members_get_n_members  (BusMcastMembers   *members);
+void             bus_mcast_members_disconnected   (BusMcastMembers   *members,
+                                                   DBusConnection    *connection);
+void             bus_mcast_members_close_all      (BusMcastMembers   *members);
+
+dbus_bool_t      bus_mcast_members_add_rule       (BusMcastMembers   *members,
+                                                   DBusConnection    *connection,
+                                                   const DBusString  *text,
+                                                   DBusError         *error);
+void             bus_mcast_members_remove_rule    (BusMcastMembers   *members,
+                                                   DBusConnection    *connection,
+                                                   const DBusString  *text);
+dbus_bool_t      bus_mcast_members_become_monitor (BusMcastMembers   *members,
+                                                   DBusConnection    *connection,
+                                                   DBusError         *error);
+void             bus_mcast_members_names_changed  (BusMcastMembers   *members);
+
+void             bus_mcast_members_flush          (BusMcastMembers   *members);
+
+#endif /* BUS_MCAST_MEMBERS_H */

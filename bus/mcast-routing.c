@@ -1,0 +1,273 @@
+/* -*- mode: C; c-file-style: "gnu"; indent-tabs-mode: nil; -*- */
+/* mcast-routing.c  What dbus-daemon still routes for members of the
+ *                  multicast group, and what it must not route again
+ *
+ * See mcast-routing.h for what this module is for.
+ *
+ * Copyright (C) 2026 dbus-mcast contributors
+ * Licensed under the Academic Free License version 2.1 or the GNU General
+ * Public License version 2 or later, like the rest of dbus.
+ */
+
+#include <config.h>
+#include "mcast-routing.h"
+
+#include <stdint.h>
+
+#include <dbus/dbus-list.h>
+#include <dbus/dbus-message-internal.h>
+#include <dbus/dbus-seqpacket-io.h>
+#include <dbus/dbus-sysdeps.h>
+#include <dbus/dbus-timeout.h>
+#include "connection.h"
+#include "mcast-members.h"
+
+#define MCAST_INTERFACE "org.freedesktop.DBus.Mcast"
+
+/* How a message from a member reached the daemon, in a message data slot. */
+typedef enum
+{
+  ARRIVED_FROM_GROUP = 1,
+  ARRIVED_STRAIGHT
+} Arrival;
+
+/* A fence owed to a member, in a second message data slot of the message
+ * it sent straight: due when the daemon lets go of that message. */
+typedef struct
+{
+  BusMcastRouting *routing;
+  DBusConnection *sender;      /**< referenced */
+  dbus_uint32_t serial;        /**< of the routed message */
+} Fence;
+
+struct BusMcastRouting
+{
+  DBusLoop *loop;
+  DBusTimeout *send_fences;    /**< enabled while fences are due */
+  DBusList *due;               /**< Fence *, in the order they fell due */
+  BusMcastRoutingStats stats;
+};
+
+static dbus_int32_t arrival_slot = -1;
+static dbus_int32_t fence_slot = -1;
+
+static Arrival
+arrival_of (DBusMessage *message)
+{
+  return (Arrival) (uintptr_t) dbus_message_get_data (message, arrival_slot);
+}
+
+static void
+send_fence (Fence *fence)
+{
+  DBusMessage *signal;
+
+  if (!dbus_connection_get_is_connected (fence->sender))
+    return;
+
+  /* The sender writes nothing until its fence arrives: wait for memory
+   * rather than leave it stuck. */
+  while ((signal = dbus_message_new_signal (DBUS_PATH_DBUS, MCAST_INTERFACE,
+                                            "Routed")) == NULL ||
+         !dbus_message_set_sender (signal, DBUS_SERVICE_DBUS) ||
+         !dbus_message_set_destination (signal,
+                                        bus_connection_get_name (fence->sender)) ||
+         !dbus_message_append_args (signal, DBUS_TYPE_UINT32, &fence->serial,
+                                    DBUS_TYPE_INVALID) ||
+         !dbus_connection_send (fence->sender, signal, NULL))
+    {
+      if (signal != NULL)
+        dbus_message_unref (signal);
+      _dbus_wait_for_memory ();
+    }
+
+  dbus_message_unref (signal);
+}
+
+static void
+fence_free (Fence *fence)
+{
+  dbus_connection_unref (fence->sender);
+  dbus_free (fence);
+}
+
+static dbus_bool_t
+send_due_fences (void *data)
+{
+  BusMcastRouting *routing = data;
+  Fence *fence;
+
+  while ((fence = _dbus_list_pop_first (&routing->due)) != NULL)
+    {
+      send_fence (fence);
+      fence_free (fence);
+    }
+
+  _dbus_timeout_disable (routing->send_fences);
+  return TRUE;
+}
+
+/* The free function of fence_slot: every recipient's copy of the message
+ * is written, or dropped with its connection. */
+static void
+fence_due (void *data)
+{
+  Fence *fence = data;
+
+  if (_dbus_list_append (&fence->routing->due, fence))
+    {
+      _dbus_timeout_restart (fence->routing->send_fences, 0);
+      return;
+    }
+
+  /* No memory to defer it: send it now, as early as it may go. */
+  send_fence (fence);
+  fence_free (fence);
+}
+
+BusMcastRouting *
+bus_mcast_routing_new (DBusLoop *loop)
+{
+  BusMcastRouting *routing;
+
+  routing = dbus_new0 (BusMcastRouting, 1);
+  if (routing == NULL)
+    return NULL;
+
+  routing->loop = loop;
+  routing->send_fences = _dbus_timeout_new (0, send_due_fences, routing, NULL);
+  if (routing->send_fences == NULL)
+    goto failed;
+
+  _dbus_timeout_disable (routing->send_fences);
+  if (!_dbus_loop_add_timeout (loop, routing->send_fences))
+    goto failed;
+
+  if (!dbus_message_allocate_data_slot (&arrival_slot))
+    goto failed_loop;
+
+  if (!dbus_message_allocate_data_slot (&fence_slot))
+    {
+      dbus_message_free_data_slot (&arrival_slot);
+      goto failed_loop;
+    }
+
+  return routing;
+
+ failed_loop:
+  _dbus_loop_remove_timeout (loop, routing->send_fences);
+ failed:
+  if (routing->send_fences != NULL)
+    _dbus_timeout_unref (routing->send_fences);
+  dbus_free (routing);
+  return NULL;
+}
+
+void
+bus_mcast_routing_free (BusMcastRouting *routing)
+{
+  if (routing == NULL)
+    return;
+
+  send_due_fences (routing);
+  _dbus_loop_remove_timeout (routing->loop, routing->send_fences);
+  _dbus_timeout_unref (routing->send_fences);
+  dbus_message_free_data_slot (&fence_slot);
+  dbus_message_free_data_slot (&arrival_slot);
+  dbus_free (routing);
+}
+
+dbus_bool_t
+bus_mcast_routing_received (BusMcastRouting *routing,
+                            DBusConnection  *sender,
+                            DBusMessage     *message)
+{
+  const DBusString *header, *body;
+  Arrival arrival;
+
+  routing->stats.dispatched += 1;
+  if (!bus_mcast_members_is_member (sender))
+    return TRUE;
+
+  /* The sender's libdbus sends with MSG_DONTROUTE exactly the messages
+   * the group cannot carry.  A member that sends anything else that way
+   * only has it routed as if it came from the group: to non-members. */
+  _dbus_message_get_network_data (message, &header, &body);
+  if (dbus_message_contains_unix_fds (message) ||
+      _dbus_string_get_length (header) + _dbus_string_get_length (body) >
+      DBUS_SEQPACKET_FRAGMENT_SIZE)
+    {
+      arrival = ARRIVED_STRAIGHT;
+      routing->stats.straight += 1;
+    }
+  else
+    {
+      arrival = ARRIVED_FROM_GROUP;
+      routing->stats.from_group += 1;
+    }
+
+  return dbus_message_set_data (message, arrival_slot,
+                                (void *) (uintptr_t) arrival, NULL);
+}
+
+dbus_bool_t
+bus_mcast_routing_delivered_by_kernel (DBusConnection *recipient,
+                                       DBusMessage    *message)
+{
+  return arrival_slot >= 0 && arrival_of (message) == ARRIVED_FROM_GROUP &&
+         bus_mcast_members_is_member (recipient);
+}
+
+void
+bus_mcast_routing_hand_over (DBusMessage *message)
+{
+  /* The message waits for a service to be activated, which no member's
+   * filter could pass at the time it was sent: the daemon delivers it. */
+  if (arrival_of (message) == ARRIVED_FROM_GROUP)
+    dbus_message_set_data (message, arrival_slot, NULL, NULL);
+}
+
+DBusMessage *
+bus_mcast_routing_for_monitors (DBusMessage *message)
+{
+  if (arrival_of (message) == ARRIVED_STRAIGHT)
+    return dbus_message_copy (message);
+
+  return dbus_message_ref (message);
+}
+
+void
+bus_mcast_routing_fence (BusMcastRouting *routing,
+                         DBusConnection  *sender,
+                         DBusMessage     *message)
+{
+  Fence *fence;
+
+  if (arrival_of (message) != ARRIVED_STRAIGHT)
+    return;
+
+  fence = dbus_new0 (Fence, 1);
+  if (fence != NULL)
+    {
+      fence->routing = routing;
+      fence->sender = dbus_connection_ref (sender);
+      fence->serial = dbus_message_get_serial (message);
+      if (dbus_message_set_data (message, fence_slot, fence, fence_due))
+        return;
+      fence_free (fence);
+    }
+
+  /* Out of memory: do not leave the sender fenced forever. */
+  {
+    Fence now = { routing, sender, dbus_message_get_serial (message) };
+
+    send_fence (&now);
+  }
+}
+
+void
+bus_mcast_routing_get_stats (BusMcastRouting      *routing,
+                             BusMcastRoutingStats *stats)
+{
+  *stats = routing->stats;
+}

@@ -1,0 +1,57 @@
+/* -*- mode: C; c-file-style: "gnu"; indent-tabs-mode: nil; -*- */
+/* mcast-routing.h  What dbus-daemon still routes for members of the
+ *                  multicast group, and what it must not route again
+ *
+ * What this module is for: a message the daemon reads from a member came
+ * either from the group (a copy, UNIX_MREQ_SEND_TO_PEER, that the daemon's
+ * socket filter let through because the daemon has a part in it) or
+ * straight to the daemon with MSG_DONTROUTE (it carries fds, or spans
+ * several packets).  The kernel already delivered a group message to every
+ * member whose filter wanted it, monitors included, so the daemon routes
+ * it only to everyone else: the bus driver, classic clients, activation,
+ * errors.  A message that came straight is routed like on a stock bus, and
+ * once every recipient's copy has been written to its socket (when the
+ * daemon lets go of the message) the sender gets the fence signal that
+ * lets it write again (doc/design.md, "How a message flows").  Monitors
+ * get their own copy of such a message, so that a monitor that stopped
+ * reading never holds the fence back.
+ *
+ * Copyright (C) 2026 dbus-mcast contributors
+ * Licensed under the Academic Free License version 2.1 or the GNU General
+ * Public License version 2 or later, like the rest of dbus.
+ */
+
+#ifndef BUS_MCAST_ROUTING_H
+#define BUS_MCAST_ROUTING_H
+
+#include <dbus/dbus.h>
+#include <dbus/dbus-mainloop.h>
+#include "bus.h"
+
+/* Messages dbus-daemon read from its clients since it started: all of
+ * them, and of those, the members' copies from the group and their
+ * messages that came straight (org.freedesktop.DBus.Debug.Stats). */
+typedef struct
+{
+  dbus_uint32_t dispatched;
+  dbus_uint32_t from_group;
+  dbus_uint32_t straight;
+} BusMcastRoutingStats;
+
+BusMcastRouting *bus_mcast_routing_new                 (DBusLoop        *loop);
+void             bus_mcast_routing_free                (BusMcastRouting *routing);
+
+dbus_bool_t      bus_mcast_routing_received            (BusMcastRouting *routing,
+                                                        DBusConnection  *sender,
+                                                        DBusMessage     *message);
+dbus_bool_t      bus_mcast_routing_delivered_by_kernel (DBusConnection  *recipient,
+                                                        DBusMessage     *message);
+void             bus_mcast_routing_hand_over           (DBusMessage     *message);
+DBusMessage     *bus_mcast_routing_for_monitors        (DBusMessage     *message);
+void             bus_mcast_routing_fence               (BusMcastRouting *routing,
+                                                        DBusConnection  *sender,
+                                                        DBusMessage     *message);
+void             bus_mcast_routing_get_stats           (BusMcastRouting      *routing,
+                                                        BusMcastRoutingStats *stats);
+
+#endif /* BUS_MCAST_ROUTING_H */
