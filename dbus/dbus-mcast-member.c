@@ -157,6 +157,20 @@ _dbus_mcast_member_may_write (DBusMcastMember *member)
   return !member->fenced;
 }
 
+/**
+ * Whether the connection wrote Hello and has not read its reply yet: the
+ * daemon may have admitted it already, and packets from the group have to
+ * wait for the unique name.
+ *
+ * @param member the state
+ * @returns #TRUE while the Hello reply is awaited
+ */
+dbus_bool_t
+_dbus_mcast_member_waits_for_hello (DBusMcastMember *member)
+{
+  return member->state == STATE_HELLO_SENT;
+}
+
 static dbus_bool_t
 is_driver_call (DBusMessage *message,
                 const char  *method)
@@ -634,10 +648,12 @@ _dbus_mcast_member_from_peer (DBusMcastMember  *member,
   char name[32];
   dbus_bool_t accepted;
 
+  if (member->state == STATE_HELLO_SENT)
+    return DBUS_MCAST_DEFER; /* admitted, but we do not know our name yet */
+
   if (member->state != STATE_MEMBER)
     {
-      /* Nothing can be for us before we know our name */
-      _dbus_verbose ("dbus-mcast: dropping a group packet before the Hello reply\n");
+      _dbus_verbose ("dbus-mcast: dropping a group packet, not a member\n");
       return DBUS_MCAST_DROP;
     }
 

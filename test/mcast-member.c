@@ -204,9 +204,11 @@ driver_message (DBusMessage *m, const char *destination)
 
 /* Opens a libdbus client; with promote, the acceptor admits it as
  * ":1.minor" when it says Hello (and checks it negotiated multicast), else
- * it only answers Hello (and checks it did not). */
+ * it only answers Hello (and checks it did not).  before_reply, if not
+ * NULL, runs between the admission and the Hello reply. */
 static DBusConnection *
 open_client (Fixture *f, guint32 minor, gboolean promote,
+             void (*before_reply) (Fixture *f),
              DBusConnection **srv_p, gchar **name_p)
 {
   DBusError error = DBUS_ERROR_INIT;
@@ -236,6 +238,8 @@ open_client (Fixture *f, guint32 minor, gboolean promote,
       g_assert_true (dbus_connection_get_socket (srv, &fd));
       admit (fd, minor, UNIX_MREQ_SEND_TO_PEER);
     }
+  if (before_reply != NULL)
+    before_reply (f);
 
   reply = driver_message (dbus_message_new_method_return (m), name);
   g_assert_true (dbus_message_append_args (reply, DBUS_TYPE_STRING, &name_c,
@@ -283,8 +287,8 @@ setup (Fixture *f, gconstpointer data)
       return;
     }
 
-  f->a = open_client (f, 1, offer, &f->a_srv, &f->a_name);
-  f->b = open_client (f, 2, offer, &f->b_srv, &f->b_name);
+  f->a = open_client (f, 1, offer, NULL, &f->a_srv, &f->a_name);
+  f->b = open_client (f, 2, offer, NULL, &f->b_srv, &f->b_name);
 }
 
 static void
@@ -790,6 +794,41 @@ test_broadcast (Fixture *f, gconstpointer data)
   dbus_message_unref (m);
 }
 
+/* While C waits for its Hello reply, the acceptor has admitted it
+ * already: A writes to C's name (it learnt it from NameOwnerChanged, say) */
+static void
+a_writes_to_c (Fixture *f)
+{
+  DBusMessage *m = new_call (":1.3", "Early");
+
+  dbus_message_set_no_reply (m, TRUE);
+  send_flush (f, f->a, m);
+  dbus_message_unref (m);
+  /* the packet reaches C before the Hello reply: C reads it */
+  pump_for (f, 100);
+}
+
+/* A group message that reaches a client between its admission and its
+ * Hello reply is not lost: it is checked and delivered after the reply. */
+static void
+test_early_message (Fixture *f, gconstpointer data)
+{
+  DBusConnection *c, *c_srv;
+  gchar *c_name;
+  DBusMessage *m;
+
+  if (g_test_failed () || f->a == NULL)
+    return;
+
+  c = open_client (f, 3, TRUE, a_writes_to_c, &c_srv, &c_name);
+  m = next_message (f, c);
+  g_assert_true (dbus_message_is_method_call (m, TEST_IFACE, "Early"));
+  g_assert_cmpstr (dbus_message_get_sender (m), ==, f->a_name);
+  dbus_message_unref (m);
+  assert_no_message (f, c, 100);
+  g_free (c_name);
+}
+
 /* A server that does not offer multicast answers NEGOTIATE_MULTICAST with
  * ERROR; the client stays classic: everything goes to the server. */
 static void
@@ -828,6 +867,7 @@ main (int argc, char **argv)
   ADD ("/mcast-member/routed/fd", test_routed, "fd");
   ADD ("/mcast-member/routed/large", test_routed, "large");
   ADD ("/mcast-member/broadcast", test_broadcast, NULL);
+  ADD ("/mcast-member/early-message", test_early_message, NULL);
   ADD ("/mcast-member/not-offered", test_not_offered, "not offered");
 
   return g_test_run ();
