@@ -37,17 +37,23 @@ typedef enum
   STATE_NOT_PROMOTED  /**< Hello failed or was not the first message */
 } MemberState;
 
-/** A method call this connection sent expecting a reply */
+/** A method call this connection sent expecting a reply, or an
+ * AddMatch/RemoveMatch the daemon may still refuse */
 typedef struct
 {
   /** Who may answer besides the daemon: the unique name or
    * org.freedesktop.DBus the call was addressed to (no member can claim
    * the latter), or #NULL for any member (a well-known name) */
   char *expected_sender;
-  /** For AddMatch/RemoveMatch: the rule in a link ready to be committed
-   * when the daemon agrees, or #NULL */
+  /** For AddMatch/RemoveMatch: the rule, or #NULL */
+  DBusMatchRule *rule;
+  /** For AddMatch: a link holding a reference to rule, ready to join the
+   * connection's rules without allocating */
   DBusList *rule_link;
   dbus_bool_t add_match; /**< AddMatch (else RemoveMatch) */
+  /** Already applied: sent without expecting a reply, so the daemon only
+   * answers if it refuses (with an error) */
+  dbus_bool_t applied;
 } PendingCall;
 
 struct DBusMcastMember
@@ -82,6 +88,8 @@ pending_call_free (void *data)
       _dbus_match_rule_unref (call->rule_link->data);
       _dbus_list_free_link (call->rule_link);
     }
+  if (call->rule != NULL)
+    _dbus_match_rule_unref (call->rule);
   dbus_free (call->expected_sender);
   dbus_free (call);
 }
@@ -149,6 +157,20 @@ _dbus_mcast_member_may_write (DBusMcastMember *member)
   return !member->fenced;
 }
 
+/**
+ * Whether the connection wrote Hello and has not read its reply yet: the
+ * daemon may have admitted it already, and packets from the group have to
+ * wait for the unique name.
+ *
+ * @param member the state
+ * @returns #TRUE while the Hello reply is awaited
+ */
+dbus_bool_t
+_dbus_mcast_member_waits_for_hello (DBusMcastMember *member)
+{
+  return member->state == STATE_HELLO_SENT;
+}
+
 static dbus_bool_t
 is_driver_call (DBusMessage *message,
                 const char  *method)
@@ -161,8 +183,9 @@ is_driver_call (DBusMessage *message,
          dbus_message_has_member (message, method);
 }
 
-/* Records a method call we are about to send that expects a reply. */
-static dbus_bool_t
+/* Records a method call we are about to send: one that expects a reply,
+ * or an AddMatch/RemoveMatch.  Returns it, or NULL if no memory. */
+static PendingCall *
 track_call (DBusMcastMember *member,
             DBusMessage     *message)
 {
@@ -173,7 +196,7 @@ track_call (DBusMcastMember *member,
 
   call = dbus_new0 (PendingCall, 1);
   if (call == NULL)
-    return FALSE;
+    return NULL;
 
   if (destination != NULL &&
       (destination[0] == ':' || strcmp (destination, DBUS_SERVICE_DBUS) == 0))
@@ -189,28 +212,25 @@ track_call (DBusMcastMember *member,
     {
       DBusString str;
       DBusError error = DBUS_ERROR_INIT;
-      DBusMatchRule *rule;
 
       _dbus_string_init_const (&str, text);
-      rule = _dbus_match_rule_parse (&str, &error);
-      if (rule == NULL)
+      call->rule = _dbus_match_rule_parse (&str, &error);
+      if (call->rule == NULL)
         {
-          /* The daemon will refuse it too: nothing to commit */
+          /* The daemon will refuse it too: nothing to apply */
           dbus_bool_t oom = dbus_error_has_name (&error, DBUS_ERROR_NO_MEMORY);
 
           dbus_error_free (&error);
           if (oom)
             goto oom;
         }
-      else
+      else if (add_match)
         {
-          call->rule_link = _dbus_list_alloc_link (rule);
+          call->rule_link = _dbus_list_alloc_link (call->rule);
           if (call->rule_link == NULL)
-            {
-              _dbus_match_rule_unref (rule);
-              goto oom;
-            }
-          call->add_match = add_match;
+            goto oom;
+          _dbus_match_rule_ref (call->rule);
+          call->add_match = TRUE;
         }
     }
 
@@ -219,40 +239,49 @@ track_call (DBusMcastMember *member,
                                         call))
     goto oom;
 
-  return TRUE;
+  return call;
 
  oom:
   pending_call_free (call);
-  return FALSE;
+  return NULL;
 }
 
-/* The daemon agreed to an AddMatch or RemoveMatch: the connection's rules
- * are now what the daemon compiled into its peer filter. */
+/* Removes one rule equal to rule from the connection's rules (what
+ * RemoveMatch does in the daemon) */
 static void
-commit_rule (DBusMcastMember *member,
-             PendingCall     *call)
+remove_rule (DBusMcastMember     *member,
+             const DBusMatchRule *rule)
 {
   DBusList *link;
 
-  if (call->add_match)
-    {
-      _dbus_list_append_link (&member->rules, call->rule_link);
-      call->rule_link = NULL;
-      return;
-    }
-
-  /* RemoveMatch removes one rule equal to the argument */
   for (link = _dbus_list_get_first_link (&member->rules);
        link != NULL;
        link = _dbus_list_get_next_link (&member->rules, link))
     {
-      if (_dbus_match_rule_equal (link->data, call->rule_link->data))
+      if (_dbus_match_rule_equal (link->data, rule))
         {
           _dbus_match_rule_unref (link->data);
           _dbus_list_remove_link (&member->rules, link);
           return;
         }
     }
+}
+
+/* The daemon accepted (or, for a call without reply, will be taken to
+ * accept) an AddMatch or RemoveMatch: the connection's rules are now
+ * what the daemon compiled into its peer filter. */
+static void
+apply_rule (DBusMcastMember *member,
+            PendingCall     *call)
+{
+  if (call->add_match)
+    {
+      _dbus_list_append_link (&member->rules, call->rule_link);
+      call->rule_link = NULL;
+    }
+  else
+    remove_rule (member, call->rule);
+  call->applied = TRUE;
 }
 
 /* A reply to serial arrived from sender.  Returns whether it answers a
@@ -274,30 +303,15 @@ answer_call (DBusMcastMember *member,
       (sender == NULL || strcmp (call->expected_sender, sender) != 0))
     return FALSE;
 
-  if (call->rule_link != NULL && from_daemon && is_return &&
+  if (call->rule != NULL && from_daemon &&
       sender != NULL && strcmp (sender, DBUS_SERVICE_DBUS) == 0)
-    commit_rule (member, call);
+    {
+      if (is_return && !call->applied)
+        apply_rule (member, call);
+      else if (!is_return && call->applied && call->add_match)
+        remove_rule (member, call->rule); /* refused after all */
+    }
 
-  _dbus_hash_table_remove_uintptr (member->pending, serial);
-  return TRUE;
-}
-
-/* AddMatch and RemoveMatch sent without expecting a reply take effect
- * when sent: the daemon handles them in order, before anything we send
- * later. */
-static dbus_bool_t
-commit_unanswered_match (DBusMcastMember *member,
-                         DBusMessage     *message)
-{
-  dbus_uint32_t serial = dbus_message_get_serial (message);
-  PendingCall *call;
-
-  if (!track_call (member, message))
-    return FALSE;
-
-  call = _dbus_hash_table_lookup_uintptr (member->pending, serial);
-  if (call->rule_link != NULL)
-    commit_rule (member, call);
   _dbus_hash_table_remove_uintptr (member->pending, serial);
   return TRUE;
 }
@@ -353,17 +367,20 @@ _dbus_mcast_member_prepare (DBusMcastMember *member,
 
       if (dbus_message_get_type (message) == DBUS_MESSAGE_TYPE_METHOD_CALL)
         {
-          if (!dbus_message_get_no_reply (message))
-            {
-              if (!track_call (member, message))
-                return FALSE;
-            }
-          else if (is_driver_call (message, "AddMatch") ||
-                   is_driver_call (message, "RemoveMatch"))
-            {
-              if (!commit_unanswered_match (member, message))
-                return FALSE;
-            }
+          dbus_bool_t no_reply = dbus_message_get_no_reply (message);
+          PendingCall *call = NULL;
+
+          /* A match call without reply (dbus_bus_add_match() without
+           * error) is applied now: the daemon handles it before anything
+           * we send later, and only answers if it refuses. */
+          if ((!no_reply ||
+               is_driver_call (message, "AddMatch") ||
+               is_driver_call (message, "RemoveMatch")) &&
+              (call = track_call (member, message)) == NULL)
+            return FALSE;
+
+          if (no_reply && call != NULL && call->rule != NULL)
+            apply_rule (member, call);
         }
 
       _dbus_message_get_unix_fds (message, &fds, &n_fds);
@@ -631,10 +648,12 @@ _dbus_mcast_member_from_peer (DBusMcastMember  *member,
   char name[32];
   dbus_bool_t accepted;
 
+  if (member->state == STATE_HELLO_SENT)
+    return DBUS_MCAST_DEFER; /* admitted, but we do not know our name yet */
+
   if (member->state != STATE_MEMBER)
     {
-      /* Nothing can be for us before we know our name */
-      _dbus_verbose ("dbus-mcast: dropping a group packet before the Hello reply\n");
+      _dbus_verbose ("dbus-mcast: dropping a group packet, not a member\n");
       return DBUS_MCAST_DROP;
     }
 

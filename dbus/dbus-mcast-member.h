@@ -18,7 +18,9 @@
  *    Hello reply makes the connection a member and gives its unique name,
  *    the Routed signal lifts the fence and is consumed, replies complete
  *    the calls and AddMatch/RemoveMatch calls they answer;
- *  - for each packet from another member (any other sender id, untrusted):
+ *  - for each packet from another member (any other sender id, untrusted;
+ *    one that arrives before the Hello reply, which the daemon sends after
+ *    admitting us, is looked at after it):
  *    it must hold exactly one valid message in host byte order whose
  *    SENDER is the name that belongs to the id, replies must answer a call
  *    this connection made, and anything not addressed to this connection
@@ -45,6 +47,8 @@ typedef enum
 {
   DBUS_MCAST_KEEP,     /**< hand it to the message loader */
   DBUS_MCAST_DROP,     /**< throw it away (consumed, or refused) */
+  DBUS_MCAST_DEFER,    /**< too early: ask again once the Hello reply was
+                        *   read */
   DBUS_MCAST_NO_MEMORY /**< could not decide for lack of memory */
 } DBusMcastVerdict;
 
@@ -52,6 +56,7 @@ DBusMcastMember *_dbus_mcast_member_new  (void);
 void             _dbus_mcast_member_free (DBusMcastMember *member);
 
 dbus_bool_t _dbus_mcast_member_may_write  (DBusMcastMember *member);
+dbus_bool_t _dbus_mcast_member_waits_for_hello (DBusMcastMember *member);
 dbus_bool_t _dbus_mcast_member_prepare    (DBusMcastMember *member,
                                            DBusMessage     *message);
 int         _dbus_mcast_member_send_flags (DBusMcastMember *member);

@@ -13,6 +13,7 @@
 
 #include <config.h>
 #include "dbus-seqpacket-io.h"
+#include "dbus-list.h"
 #include "dbus-marshal-basic.h"
 #include "dbus-mcast-member.h"
 #include "dbus-mcast-uapi.h"
@@ -43,7 +44,18 @@ struct DBusSeqpacketFraming
    * daemon, kept apart from the group's packets, which may arrive
    * between them */
   DBusString daemon_message;
+  /** For a member: DeferredPacket from the group that arrived before the
+   * Hello reply */
+  DBusList *deferred;
 };
+
+/** A group packet kept until the Hello reply */
+typedef struct
+{
+  dbus_uint64_t sender_id; /**< the kernel's sender id */
+  int len;                 /**< length of data */
+  char data[];             /**< the packet */
+} DeferredPacket;
 
 /**
  * Creates the receive-side framing state of one connection.
@@ -75,6 +87,7 @@ _dbus_seqpacket_framing_free (DBusSeqpacketFraming *framing)
     {
       _dbus_mcast_member_free (framing->member);
       _dbus_string_free (&framing->daemon_message);
+      _dbus_list_clear_full (&framing->deferred, dbus_free);
     }
   dbus_free (framing);
 }
@@ -492,6 +505,83 @@ check_framing (DBusSeqpacketFraming *framing,
   return NULL;
 }
 
+/* Keeps a group packet (at start in buffer, which it leaves) until the
+ * Hello reply */
+static void
+defer_packet (DBusSeqpacketFraming *framing,
+              dbus_uint64_t         sender_id,
+              DBusString           *buffer,
+              int                   start,
+              int                   got)
+{
+  DeferredPacket *packet = dbus_malloc (sizeof (DeferredPacket) + got);
+
+  if (packet != NULL)
+    {
+      packet->sender_id = sender_id;
+      packet->len = got;
+      memcpy (packet->data, _dbus_string_get_const_data_len (buffer, start, got), got);
+      if (_dbus_list_append (&framing->deferred, packet))
+        return;
+      dbus_free (packet);
+    }
+
+  _dbus_verbose ("dbus-mcast: no memory to keep an early group message, dropped\n");
+}
+
+/* A member's packet from another member (sender id not 0): one message
+ * or nothing; refused packets are dropped, not treated as a violation.
+ * Returns got. */
+static int
+peer_packet (DBusSeqpacketFraming *framing,
+             dbus_uint64_t         sender_id,
+             DBusString           *buffer,
+             int                   start,
+             int                   got)
+{
+  switch (_dbus_mcast_member_from_peer (framing->member, sender_id,
+                                        buffer, start, got))
+    {
+    case DBUS_MCAST_KEEP:
+      return got;
+    case DBUS_MCAST_DEFER:
+      defer_packet (framing, sender_id, buffer, start, got);
+      break;
+    case DBUS_MCAST_NO_MEMORY:
+      _dbus_verbose ("dbus-mcast: no memory to check a group message, dropped\n");
+      break;
+    case DBUS_MCAST_DROP:
+    default:
+      break;
+    }
+
+  _dbus_string_set_length (buffer, start);
+  return got;
+}
+
+/* The Hello reply was read: the group packets that came before it get
+ * their checks now, and those kept follow the reply into buffer. */
+static void
+replay_deferred (DBusSeqpacketFraming *framing,
+                 DBusString           *buffer)
+{
+  DeferredPacket *packet;
+
+  while ((packet = _dbus_list_pop_first (&framing->deferred)) != NULL)
+    {
+      DBusString str;
+      int start = _dbus_string_get_length (buffer);
+
+      _dbus_string_init_const_len (&str, packet->data, packet->len);
+      if (!_dbus_string_append_len (buffer, packet->data, packet->len))
+        _dbus_verbose ("dbus-mcast: no memory for an early group message, dropped\n");
+      else if (_dbus_mcast_member_from_peer (framing->member, packet->sender_id,
+                                             &str, 0, packet->len) != DBUS_MCAST_KEEP)
+        _dbus_string_set_length (buffer, start);
+      dbus_free (packet);
+    }
+}
+
 /* A member's packet from the daemon (sender id 0), just appended to
  * buffer at start.  The daemon's long messages come in fragments, between
  * which packets from the group may arrive: fragments are collected in
@@ -542,36 +632,16 @@ daemon_packet (DBusSeqpacketFraming *framing,
       _dbus_verbose ("dbus-mcast: no memory to examine a message from the daemon\n");
       break;
     case DBUS_MCAST_KEEP:
+    case DBUS_MCAST_DEFER:
     default:
       break;
     }
 
-  return got;
-}
+  if (framing->deferred != NULL &&
+      !_dbus_mcast_member_waits_for_hello (framing->member))
+    replay_deferred (framing, buffer);
 
-/* A member's packet from another member (sender id not 0): one message
- * or nothing; refused packets are dropped, not treated as a violation.
- * Returns got, or -1 with errno set. */
-static int
-peer_packet (DBusSeqpacketFraming *framing,
-             dbus_uint64_t         sender_id,
-             DBusString           *buffer,
-             int                   start,
-             int                   got)
-{
-  switch (_dbus_mcast_member_from_peer (framing->member, sender_id,
-                                        buffer, start, got))
-    {
-    case DBUS_MCAST_KEEP:
-      return got;
-    case DBUS_MCAST_NO_MEMORY:
-      _dbus_verbose ("dbus-mcast: no memory to check a group message, dropped\n");
-      /* fall through */
-    case DBUS_MCAST_DROP:
-    default:
-      _dbus_string_set_length (buffer, start);
-      return got;
-    }
+  return got;
 }
 
 /**

@@ -204,9 +204,11 @@ driver_message (DBusMessage *m, const char *destination)
 
 /* Opens a libdbus client; with promote, the acceptor admits it as
  * ":1.minor" when it says Hello (and checks it negotiated multicast), else
- * it only answers Hello (and checks it did not). */
+ * it only answers Hello (and checks it did not).  before_reply, if not
+ * NULL, runs between the admission and the Hello reply. */
 static DBusConnection *
 open_client (Fixture *f, guint32 minor, gboolean promote,
+             void (*before_reply) (Fixture *f),
              DBusConnection **srv_p, gchar **name_p)
 {
   DBusError error = DBUS_ERROR_INIT;
@@ -236,6 +238,8 @@ open_client (Fixture *f, guint32 minor, gboolean promote,
       g_assert_true (dbus_connection_get_socket (srv, &fd));
       admit (fd, minor, UNIX_MREQ_SEND_TO_PEER);
     }
+  if (before_reply != NULL)
+    before_reply (f);
 
   reply = driver_message (dbus_message_new_method_return (m), name);
   g_assert_true (dbus_message_append_args (reply, DBUS_TYPE_STRING, &name_c,
@@ -283,8 +287,8 @@ setup (Fixture *f, gconstpointer data)
       return;
     }
 
-  f->a = open_client (f, 1, offer, &f->a_srv, &f->a_name);
-  f->b = open_client (f, 2, offer, &f->b_srv, &f->b_name);
+  f->a = open_client (f, 1, offer, NULL, &f->a_srv, &f->a_name);
+  f->b = open_client (f, 2, offer, NULL, &f->b_srv, &f->b_name);
 }
 
 static void
@@ -546,6 +550,21 @@ test_raw_member (Fixture *f, gconstpointer data)
   close (c);
 }
 
+static dbus_bool_t
+keep_write_watch (DBusWatch *watch, void *data)
+{
+  if (dbus_watch_get_flags (watch) & DBUS_WATCH_WRITABLE)
+    *(DBusWatch **) data = watch;
+  return TRUE;
+}
+
+static void
+forget_write_watch (DBusWatch *watch, void *data)
+{
+  if (*(DBusWatch **) data == watch)
+    *(DBusWatch **) data = NULL;
+}
+
 /* A sends a message that must take the daemon path (fds, or longer than a
  * packet), then another one: the first goes to the acceptor alone, and A
  * writes nothing more until the acceptor's Routed signal for it (a Routed
@@ -559,9 +578,17 @@ test_routed (Fixture *f, gconstpointer data)
   dbus_uint32_t serial, wrong;
   int pipe_fds[2];
   int fd = -1;
+  DBusWatch *write_watch = NULL;
 
   if (g_test_failed () || f->a == NULL)
     return;
+
+  /* A main loop would watch this: it must be off while A is fenced, or
+   * the loop would spin */
+  g_assert_true (dbus_connection_set_watch_functions (f->a, keep_write_watch,
+                                                      forget_write_watch, NULL,
+                                                      &write_watch, NULL));
+  g_assert_nonnull (write_watch);
 
   m = new_call (f->b_name, "Routed");
   dbus_message_set_no_reply (m, TRUE);
@@ -594,6 +621,7 @@ test_routed (Fixture *f, gconstpointer data)
   assert_no_message (f, f->b, 200);
   assert_no_message (f, f->a_srv, 0);
   g_assert_true (dbus_connection_has_messages_to_send (f->a));
+  g_assert_false (dbus_watch_get_enabled (write_watch));
 
   /* A Routed signal for another serial changes nothing */
   wrong = serial + 1000;
@@ -647,42 +675,158 @@ test_routed (Fixture *f, gconstpointer data)
   /* A dispatched neither Routed signal, and wrote everything */
   assert_no_message (f, f->a, 100);
   g_assert_false (dbus_connection_has_messages_to_send (f->a));
+  dbus_connection_set_watch_functions (f->a, NULL, NULL, NULL, NULL, NULL);
+}
+
+/* B calls AddMatch or RemoveMatch, expecting a reply (as
+ * dbus_bus_add_match() with an error does) or not (as without); the
+ * acceptor answers as dbus-daemon would: with a method return if a reply
+ * is expected, with an error (refuse) in any case. */
+static void
+match_call (Fixture *f, const char *method, const char *rule,
+            gboolean no_reply, gboolean refuse)
+{
+  DBusMessage *m, *call;
+
+  m = dbus_message_new_method_call (DBUS_SERVICE_DBUS, DBUS_PATH_DBUS,
+                                    DBUS_INTERFACE_DBUS, method);
+  g_assert_true (dbus_message_append_args (m, DBUS_TYPE_STRING, &rule,
+                                           DBUS_TYPE_INVALID));
+  dbus_message_set_no_reply (m, no_reply);
+  send_flush (f, f->b, m);
+  dbus_message_unref (m);
+  call = next_message (f, f->b_srv);
+  g_assert_true (dbus_message_is_method_call (call, DBUS_INTERFACE_DBUS, method));
+  g_assert_cmpstr (dbus_message_get_sender (call), ==, f->b_name);
+  if (refuse)
+    m = dbus_message_new_error (call, DBUS_ERROR_MATCH_RULE_NOT_FOUND, "no");
+  else if (!no_reply)
+    m = dbus_message_new_method_return (call);
+  else
+    m = NULL;
+  dbus_message_unref (call);
+  if (m == NULL)
+    return;
+  send_flush (f, f->b_srv, driver_message (m, f->b_name));
+  dbus_message_unref (m);
+  m = next_message (f, f->b); /* the reply */
+  g_assert_cmpint (dbus_message_get_type (m), ==,
+                   refuse ? DBUS_MESSAGE_TYPE_ERROR : DBUS_MESSAGE_TYPE_METHOD_RETURN);
+  dbus_message_unref (m);
+}
+
+static void
+emit (Fixture *f, const char *member)
+{
+  DBusMessage *m = dbus_message_new_signal (TEST_PATH, TEST_IFACE, member);
+
+  send_flush (f, f->a, m);
+  dbus_message_unref (m);
+}
+
+static void
+expect_signal (Fixture *f, const char *member)
+{
+  DBusMessage *m = next_message (f, f->b);
+
+  if (!dbus_message_is_signal (m, TEST_IFACE, member))
+    g_error ("expected signal %s, got type %d %s from %s", member,
+             dbus_message_get_type (m), dbus_message_get_member (m),
+             dbus_message_get_sender (m));
+  g_assert_cmpstr (dbus_message_get_sender (m), ==, f->a_name);
+  dbus_message_unref (m);
 }
 
 /* Broadcasts reach B through the group only if one of B's match rules
- * (committed when the daemon answered AddMatch) matches. */
+ * matches: rules count once the daemon answered AddMatch (or at once for
+ * an AddMatch without reply), stop counting once it answered RemoveMatch,
+ * and one the daemon refused does not count; unicast for someone else
+ * only with an eavesdropping rule. */
 static void
 test_broadcast (Fixture *f, gconstpointer data)
 {
-  DBusMessage *m, *call;
+  const char *hit = "type='signal',interface='" TEST_IFACE "',member='Hit'";
+  const char *also = "type='signal',member='Also'";
+  DBusMessage *m;
 
   if (g_test_failed () || f->a == NULL)
     return;
 
-  dbus_bus_add_match (f->b, "type='signal',interface='" TEST_IFACE "',member='Hit'", NULL);
-  call = next_message (f, f->b_srv);
-  g_assert_true (dbus_message_is_method_call (call, DBUS_INTERFACE_DBUS, "AddMatch"));
-  g_assert_cmpstr (dbus_message_get_sender (call), ==, f->b_name);
-  m = driver_message (dbus_message_new_method_return (call), f->b_name);
-  send_flush (f, f->b_srv, m);
-  dbus_message_unref (m);
-  dbus_message_unref (call);
-  m = next_message (f, f->b); /* the AddMatch reply */
-  g_assert_cmpint (dbus_message_get_type (m), ==, DBUS_MESSAGE_TYPE_METHOD_RETURN);
-  dbus_message_unref (m);
+  match_call (f, "AddMatch", hit, FALSE, FALSE);
+  match_call (f, "AddMatch", "type='signal',member='Refused'", FALSE, TRUE);
+  match_call (f, "AddMatch", "type='signal',member='RefusedLater'", TRUE, TRUE);
+  match_call (f, "AddMatch", also, TRUE, FALSE);
+  emit (f, "Miss");
+  emit (f, "Refused");
+  emit (f, "RefusedLater");
+  emit (f, "Hit");
+  emit (f, "Also");
+  expect_signal (f, "Hit");
+  expect_signal (f, "Also");
+  assert_no_message (f, f->b, 100);
 
-  m = dbus_message_new_signal (TEST_PATH, TEST_IFACE, "Miss");
-  send_flush (f, f->a, m);
-  dbus_message_unref (m);
-  m = dbus_message_new_signal (TEST_PATH, TEST_IFACE, "Hit");
-  send_flush (f, f->a, m);
-  dbus_message_unref (m);
+  /* Added twice, removed once: still there */
+  match_call (f, "AddMatch", hit, FALSE, FALSE);
+  match_call (f, "RemoveMatch", hit, FALSE, FALSE);
+  emit (f, "Hit");
+  expect_signal (f, "Hit");
+  match_call (f, "RemoveMatch", hit, TRUE, FALSE);
+  match_call (f, "RemoveMatch", also, FALSE, FALSE);
+  emit (f, "Hit");
+  emit (f, "Also");
+  assert_no_message (f, f->b, 100);
 
-  m = next_message (f, f->b);
-  g_assert_true (dbus_message_is_signal (m, TEST_IFACE, "Hit"));
-  g_assert_cmpstr (dbus_message_get_sender (m), ==, f->a_name);
+  /* A's call to someone else: B sees it only while eavesdropping */
+  m = new_call (":1.99", "NotForB");
+  dbus_message_set_no_reply (m, TRUE);
+  send_flush (f, f->a, m);
   dbus_message_unref (m);
   assert_no_message (f, f->b, 100);
+  match_call (f, "AddMatch", "eavesdrop=true,type='method_call',interface='" TEST_IFACE "'",
+              FALSE, FALSE);
+  m = new_call (":1.99", "NotForB");
+  dbus_message_set_no_reply (m, TRUE);
+  send_flush (f, f->a, m);
+  dbus_message_unref (m);
+  m = next_message (f, f->b);
+  g_assert_true (dbus_message_is_method_call (m, TEST_IFACE, "NotForB"));
+  g_assert_cmpstr (dbus_message_get_destination (m), ==, ":1.99");
+  dbus_message_unref (m);
+}
+
+/* While C waits for its Hello reply, the acceptor has admitted it
+ * already: A writes to C's name (it learnt it from NameOwnerChanged, say) */
+static void
+a_writes_to_c (Fixture *f)
+{
+  DBusMessage *m = new_call (":1.3", "Early");
+
+  dbus_message_set_no_reply (m, TRUE);
+  send_flush (f, f->a, m);
+  dbus_message_unref (m);
+  /* the packet reaches C before the Hello reply: C reads it */
+  pump_for (f, 100);
+}
+
+/* A group message that reaches a client between its admission and its
+ * Hello reply is not lost: it is checked and delivered after the reply. */
+static void
+test_early_message (Fixture *f, gconstpointer data)
+{
+  DBusConnection *c, *c_srv;
+  gchar *c_name;
+  DBusMessage *m;
+
+  if (g_test_failed () || f->a == NULL)
+    return;
+
+  c = open_client (f, 3, TRUE, a_writes_to_c, &c_srv, &c_name);
+  m = next_message (f, c);
+  g_assert_true (dbus_message_is_method_call (m, TEST_IFACE, "Early"));
+  g_assert_cmpstr (dbus_message_get_sender (m), ==, f->a_name);
+  dbus_message_unref (m);
+  assert_no_message (f, c, 100);
+  g_free (c_name);
 }
 
 /* A server that does not offer multicast answers NEGOTIATE_MULTICAST with
@@ -723,6 +867,7 @@ main (int argc, char **argv)
   ADD ("/mcast-member/routed/fd", test_routed, "fd");
   ADD ("/mcast-member/routed/large", test_routed, "large");
   ADD ("/mcast-member/broadcast", test_broadcast, NULL);
+  ADD ("/mcast-member/early-message", test_early_message, NULL);
   ADD ("/mcast-member/not-offered", test_not_offered, "not offered");
 
   return g_test_run ();
