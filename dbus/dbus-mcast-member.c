@@ -51,6 +51,7 @@ typedef struct
    * connection's rules without allocating */
   DBusList *rule_link;
   dbus_bool_t add_match; /**< AddMatch (else RemoveMatch) */
+  dbus_bool_t become_monitor; /**< BecomeMonitor */
   /** Already applied: sent without expecting a reply, so the daemon only
    * answers if it refuses (with an error) */
   dbus_bool_t applied;
@@ -72,6 +73,8 @@ struct DBusMcastMember
   dbus_bool_t prepared_fence;    /**< writing stops after it */
   DBusHashTable *pending;        /**< serial -> PendingCall */
   DBusList *rules;               /**< DBusMatchRule of successful AddMatch */
+  dbus_bool_t monitor;           /**< BecomeMonitor succeeded: the daemon
+                                  *   gave us an accept-all filter */
   DBusHeader scratch;            /**< header of the daemon's last message */
 };
 
@@ -234,6 +237,11 @@ track_call (DBusMcastMember *member,
         }
     }
 
+  call->become_monitor =
+    dbus_message_is_method_call (message, DBUS_INTERFACE_MONITORING,
+                                 "BecomeMonitor") &&
+    dbus_message_has_destination (message, DBUS_SERVICE_DBUS);
+
   if (!_dbus_hash_table_insert_uintptr (member->pending,
                                         dbus_message_get_serial (message),
                                         call))
@@ -302,6 +310,10 @@ answer_call (DBusMcastMember *member,
       call->expected_sender != NULL &&
       (sender == NULL || strcmp (call->expected_sender, sender) != 0))
     return FALSE;
+
+  if (call->become_monitor && from_daemon && is_return &&
+      sender != NULL && strcmp (sender, DBUS_SERVICE_DBUS) == 0)
+    member->monitor = TRUE;
 
   if (call->rule != NULL && from_daemon &&
       sender != NULL && strcmp (sender, DBUS_SERVICE_DBUS) == 0)
@@ -600,6 +612,10 @@ accept_from_peer (DBusMcastMember *member,
   dbus_bool_t is_reply = type == DBUS_MESSAGE_TYPE_METHOD_RETURN ||
                          type == DBUS_MESSAGE_TYPE_ERROR;
   const char *destination = dbus_message_get_destination (message);
+
+  /* A monitor sees all the traffic, as on a stock bus */
+  if (member->monitor)
+    return TRUE;
 
   if (destination != NULL && strcmp (destination, member->name) == 0)
     {
