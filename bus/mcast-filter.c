@@ -632,6 +632,8 @@ emit_arg_path_test (BusMcastEmitter *e,
 
 /* ---- Header check and walk ------------------------------------------------ */
 
+#define FIELD_IS_BAD (-2)
+
 /* Checks the fixed header and the total length, and walks the header
  * fields, recording where each interesting one starts; continues at
  * @walked with every field offset in M[] (ABSENT if not there), or goes
@@ -641,10 +643,15 @@ emit_header_walk (BusMcastEmitter *e,
                   int              bad,
                   int              walked)
 {
+  /* UNIX_FDS: the kernel never lets fds through the group, so a message
+   * that declares some came straight to the daemon with MSG_DONTROUTE,
+   * or is bogus: it goes where malformed packets go, to the daemon and
+   * never to a member. */
   static const struct
   {
     dbus_uint32_t word;
-    int slot;       /* scratch word to record the field in, or -1 */
+    int slot;       /* scratch word to record the field in, -1 to skip
+                     * it, FIELD_IS_BAD to go to @bad */
   } fields[] = {
     { FIELD_WORD (DBUS_HEADER_FIELD_PATH, 'o'), M_PATH },
     { FIELD_WORD (DBUS_HEADER_FIELD_INTERFACE, 's'), M_INTERFACE },
@@ -654,7 +661,7 @@ emit_header_walk (BusMcastEmitter *e,
     { FIELD_WORD (DBUS_HEADER_FIELD_SIGNATURE, 'g'), M_SIGNATURE },
     { FIELD_WORD (DBUS_HEADER_FIELD_ERROR_NAME, 's'), -1 },
     { FIELD_WORD (DBUS_HEADER_FIELD_REPLY_SERIAL, 'u'), -1 },
-    { FIELD_WORD (DBUS_HEADER_FIELD_UNIX_FDS, 'u'), -1 }
+    { FIELD_WORD (DBUS_HEADER_FIELD_UNIX_FDS, 'u'), FIELD_IS_BAD }
   };
   /* types of fields with unknown codes that can be skipped */
   static const char unknown_types[] = "sogbiu";
@@ -718,6 +725,8 @@ emit_header_walk (BusMcastEmitter *e,
         {
           if (fields[j].slot >= 0)
             record[j] = label_new (e);
+          else if (fields[j].slot == FIELD_IS_BAD)
+            record[j] = bad;
           else if ((fields[j].word & 0xff00) == ('s' << 8))
             record[j] = skip_string;
           else

@@ -236,6 +236,32 @@ bus_mcast_routing_for_monitors (DBusMessage *message)
   return dbus_message_ref (message);
 }
 
+/* Moves the monitors among a transaction's @connections to the front, in
+ * their order, without allocating */
+void
+bus_mcast_routing_execute_monitors_first (DBusList **connections)
+{
+  DBusList *link, *next, *monitors = NULL;
+
+  for (link = _dbus_list_get_first_link (connections);
+       link != NULL;
+       link = next)
+    {
+      next = _dbus_list_get_next_link (connections, link);
+      if (bus_connection_is_monitor (link->data))
+        {
+          _dbus_list_unlink (connections, link);
+          _dbus_list_append_link (&monitors, link);
+        }
+    }
+
+  while ((link = _dbus_list_get_last_link (&monitors)) != NULL)
+    {
+      _dbus_list_unlink (&monitors, link);
+      _dbus_list_prepend_link (connections, link);
+    }
+}
+
 void
 bus_mcast_routing_fence (BusMcastRouting *routing,
                          DBusConnection  *sender,

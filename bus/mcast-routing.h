@@ -25,6 +25,7 @@
 #define BUS_MCAST_ROUTING_H
 
 #include <dbus/dbus.h>
+#include <dbus/dbus-list.h>
 #include <dbus/dbus-mainloop.h>
 #include "bus.h"
 
@@ -48,6 +49,7 @@ dbus_bool_t      bus_mcast_routing_delivered_by_kernel (DBusConnection  *recipie
                                                         DBusMessage     *message);
 void             bus_mcast_routing_hand_over           (DBusMessage     *message);
 DBusMessage     *bus_mcast_routing_for_monitors        (DBusMessage     *message);
+void             bus_mcast_routing_execute_monitors_first (DBusList    **connections);
 void             bus_mcast_routing_fence               (BusMcastRouting *routing,
                                                         DBusConnection  *sender,
                                                         DBusMessage     *message);

@@ -13,25 +13,49 @@
 
 #include <config.h>
 #include "dbus-seqpacket-io.h"
+#include "dbus-list.h"
 #include "dbus-marshal-basic.h"
+#include "dbus-mcast-member.h"
+#include "dbus-mcast-uapi.h"
 #include "dbus-protocol.h"
+#include "dbus-sysdeps-seqpacket.h"
 
 #include <errno.h>
 #include <string.h>
 #include <sys/types.h>
-#include <sys/socket.h>
 #include <sys/uio.h>
 #include <unistd.h>
 
 struct DBusSeqpacketFraming
 {
   /** Bytes of the current message still to come in further packets; 0
-   * when the next packet must start a new message. */
+   * when the next packet must start a new message.  For a member: of the
+   * current message from the daemon. */
   dbus_uint32_t remaining;
   /** Whether to log framing violations (server side: a misbehaving
    * client should be visible in the daemon's log) */
   dbus_bool_t log_violations;
+  /** _dbus_seqpacket_framing_start() was called */
+  dbus_bool_t started;
+  /** Non-#NULL if this client negotiated multicast: every packet then
+   * carries the kernel's sender id, and dbus-mcast-member.h decides */
+  DBusMcastMember *member;
+  /** For a member: the fragments so far of a long message from the
+   * daemon, kept apart from the group's packets, which may arrive
+   * between them */
+  DBusString daemon_message;
+  /** For a member: DeferredPacket from the group that arrived before the
+   * Hello reply */
+  DBusList *deferred;
 };
+
+/** A group packet kept until the Hello reply */
+typedef struct
+{
+  dbus_uint64_t sender_id; /**< the kernel's sender id */
+  int len;                 /**< length of data */
+  char data[];             /**< the packet */
+} DeferredPacket;
 
 /**
  * Creates the receive-side framing state of one connection.
@@ -59,7 +83,94 @@ _dbus_seqpacket_framing_new (dbus_bool_t log_violations)
 void
 _dbus_seqpacket_framing_free (DBusSeqpacketFraming *framing)
 {
+  if (framing != NULL && framing->member != NULL)
+    {
+      _dbus_mcast_member_free (framing->member);
+      _dbus_string_free (&framing->daemon_message);
+      _dbus_list_clear_full (&framing->deferred, dbus_free);
+    }
   dbus_free (framing);
+}
+
+/**
+ * Called once the connection is authenticated, before its first message
+ * is read or written (calling it again does nothing).  A client that
+ * negotiated multicast asks the kernel for sender ids (UNIX_PASSID) from
+ * now on and follows dbus-mcast-member.h.
+ *
+ * @param framing the connection's state
+ * @param fd the socket
+ * @param multicast #TRUE if this is a client that negotiated multicast
+ * @param error set on failure (the connection cannot go on)
+ * @returns #FALSE with error set on failure
+ */
+dbus_bool_t
+_dbus_seqpacket_framing_start (DBusSeqpacketFraming *framing,
+                               DBusSocket            fd,
+                               dbus_bool_t           multicast,
+                               DBusError            *error)
+{
+  if (framing->started)
+    return TRUE;
+
+  if (multicast)
+    {
+      if (!_dbus_string_init (&framing->daemon_message))
+        {
+          _DBUS_SET_OOM (error);
+          return FALSE;
+        }
+
+      framing->member = _dbus_mcast_member_new ();
+      if (framing->member == NULL)
+        {
+          _dbus_string_free (&framing->daemon_message);
+          _DBUS_SET_OOM (error);
+          return FALSE;
+        }
+
+      if (!_dbus_seqpacket_set_passid (fd, error))
+        {
+          _dbus_mcast_member_free (framing->member);
+          framing->member = NULL;
+          _dbus_string_free (&framing->daemon_message);
+          return FALSE;
+        }
+    }
+
+  framing->started = TRUE;
+  return TRUE;
+}
+
+/**
+ * Whether the next message may be written now (not while a member waits
+ * for a fence, see dbus-mcast-member.h).
+ *
+ * @param framing the connection's state
+ * @returns #TRUE if it may
+ */
+dbus_bool_t
+_dbus_seqpacket_may_write (DBusSeqpacketFraming *framing)
+{
+  return framing->member == NULL ||
+         _dbus_mcast_member_may_write (framing->member);
+}
+
+/**
+ * Called before the first packet of a message is written; a member
+ * writes its unique name into SENDER here (so the message's length may
+ * change) and decides how the message travels.
+ *
+ * @param framing the connection's state
+ * @param message the locked message
+ * @returns #FALSE if no memory (call again for the same message)
+ */
+dbus_bool_t
+_dbus_seqpacket_prepare_message (DBusSeqpacketFraming *framing,
+                                 DBusMessage          *message)
+{
+  return framing->member == NULL ||
+         _dbus_mcast_member_prepare (framing->member, message);
 }
 
 /**
@@ -106,15 +217,18 @@ discard_packet (DBusString   *buffer,
 
 /* Appends exactly one packet of at most max_len bytes to buffer.  With
  * fds != NULL, receives up to *n_fds unix fds and sets *n_fds to the
- * number received.  Returns the packet length, 0 at end of stream, -1
- * with errno set on error (EPROTO: the packet is longer than max_len and
- * was discarded; ENOSPC: more fds than we have room for). */
+ * number received.  With sender_id != NULL (a member), sets it to the
+ * kernel's sender id of the packet.  Returns the packet length, 0 at end
+ * of stream, -1 with errno set on error (EPROTO: the packet is longer
+ * than max_len and was discarded, or has no sender id; ENOSPC: more fds
+ * than we have room for). */
 static int
-read_packet (DBusSocket    fd,
-             DBusString   *buffer,
-             int           max_len,
-             int          *fds,
-             unsigned int *n_fds)
+read_packet (DBusSocket     fd,
+             DBusString    *buffer,
+             int            max_len,
+             int           *fds,
+             unsigned int  *n_fds,
+             dbus_uint64_t *sender_id)
 {
   struct msghdr m;
   struct iovec iov;
@@ -124,6 +238,7 @@ read_packet (DBusSocket    fd,
   unsigned int max_fds = 0;
   char *control = NULL;
   int saved_errno;
+  dbus_bool_t have_id = FALSE;
 
   if (fds != NULL)
     {
@@ -169,8 +284,14 @@ read_packet (DBusSocket    fd,
   m.msg_iovlen = 1;
 
   if (max_fds > 0)
+    m.msg_controllen = CMSG_SPACE (max_fds * sizeof (int));
+#ifdef DBUS_HAVE_MCAST_UAPI
+  if (sender_id != NULL)
+    m.msg_controllen += CMSG_SPACE (sizeof (*sender_id));
+#endif
+
+  if (m.msg_controllen > 0)
     {
-      m.msg_controllen = CMSG_SPACE (max_fds * sizeof (int));
       control = dbus_malloc0 (m.msg_controllen);
       if (control == NULL)
         {
@@ -200,6 +321,15 @@ read_packet (DBusSocket    fd,
 
       for (cm = CMSG_FIRSTHDR (&m); cm != NULL; cm = CMSG_NXTHDR (&m, cm))
         {
+#ifdef DBUS_HAVE_MCAST_UAPI
+          if (sender_id != NULL &&
+              cm->cmsg_level == SOL_UNIX && cm->cmsg_type == SCM_UNIX_SENDER_ID &&
+              cm->cmsg_len == CMSG_LEN (sizeof (*sender_id)))
+            {
+              memcpy (sender_id, CMSG_DATA (cm), sizeof (*sender_id));
+              have_id = TRUE;
+            }
+#endif
           if (cm->cmsg_level == SOL_SOCKET && cm->cmsg_type == SCM_RIGHTS)
             {
               unsigned int n = (cm->cmsg_len - CMSG_LEN (0)) / sizeof (int);
@@ -211,7 +341,7 @@ read_packet (DBusSocket    fd,
 
                   memcpy (&received, CMSG_DATA (cm) + i * sizeof (int),
                           sizeof (int));
-                  if (*n_fds < max_fds)
+                  if (fds != NULL && *n_fds < max_fds)
                     fds[(*n_fds)++] = received;
                   else
                     close (received);
@@ -231,6 +361,13 @@ read_packet (DBusSocket    fd,
   if (got != size || (m.msg_flags & MSG_TRUNC))
     return discard_packet (buffer, start, fds, n_fds, EPROTO);
 
+  if (sender_id != NULL && !have_id)
+    {
+      /* UNIX_PASSID is set: the kernel stamps every packet */
+      _dbus_verbose ("SOCK_SEQPACKET: packet without a sender id\n");
+      return discard_packet (buffer, start, fds, n_fds, EPROTO);
+    }
+
   return got;
 }
 
@@ -246,7 +383,7 @@ int
 _dbus_seqpacket_read_stream (DBusSocket  fd,
                              DBusString *buffer)
 {
-  return read_packet (fd, buffer, DBUS_SEQPACKET_MAX_AUTH_PACKET, NULL, NULL);
+  return read_packet (fd, buffer, DBUS_SEQPACKET_MAX_AUTH_PACKET, NULL, NULL, NULL);
 }
 
 /**
@@ -330,17 +467,197 @@ report_violation (DBusSeqpacketFraming *framing,
              pid, violation);
 }
 
+/* Checks the packet that was just read against the framing rules of
+ * dbus-seqpacket-io.h and advances framing->remaining; returns what is
+ * wrong with it, or NULL. */
+static const char *
+check_framing (DBusSeqpacketFraming *framing,
+               const unsigned char  *packet,
+               int                   got,
+               dbus_bool_t           has_fds)
+{
+  if (framing->remaining == 0)
+    {
+      dbus_uint32_t total;
+
+      if (got < DBUS_MINIMUM_HEADER_SIZE)
+        return "packet too short for a message header";
+      if ((total = message_length (packet)) == 0)
+        return "invalid message header";
+      if ((dbus_uint32_t) got > total)
+        return "packet holds more than one message";
+      if ((dbus_uint32_t) got < total && got != DBUS_SEQPACKET_FRAGMENT_SIZE)
+        return "truncated message";
+      framing->remaining = total - got;
+    }
+  else
+    {
+      dbus_uint32_t expected = MIN (framing->remaining,
+                                    DBUS_SEQPACKET_FRAGMENT_SIZE);
+
+      if (has_fds)
+        return "unix fds attached to a continuation fragment";
+      if ((dbus_uint32_t) got != expected)
+        return "fragment of the wrong length";
+      framing->remaining -= got;
+    }
+
+  return NULL;
+}
+
+/* Keeps a group packet (at start in buffer, which it leaves) until the
+ * Hello reply */
+static void
+defer_packet (DBusSeqpacketFraming *framing,
+              dbus_uint64_t         sender_id,
+              DBusString           *buffer,
+              int                   start,
+              int                   got)
+{
+  DeferredPacket *packet = dbus_malloc (sizeof (DeferredPacket) + got);
+
+  if (packet != NULL)
+    {
+      packet->sender_id = sender_id;
+      packet->len = got;
+      memcpy (packet->data, _dbus_string_get_const_data_len (buffer, start, got), got);
+      if (_dbus_list_append (&framing->deferred, packet))
+        return;
+      dbus_free (packet);
+    }
+
+  _dbus_verbose ("dbus-mcast: no memory to keep an early group message, dropped\n");
+}
+
+/* A member's packet from another member (sender id not 0): one message
+ * or nothing; refused packets are dropped, not treated as a violation.
+ * Returns got. */
+static int
+peer_packet (DBusSeqpacketFraming *framing,
+             dbus_uint64_t         sender_id,
+             DBusString           *buffer,
+             int                   start,
+             int                   got)
+{
+  switch (_dbus_mcast_member_from_peer (framing->member, sender_id,
+                                        buffer, start, got))
+    {
+    case DBUS_MCAST_KEEP:
+      return got;
+    case DBUS_MCAST_DEFER:
+      defer_packet (framing, sender_id, buffer, start, got);
+      break;
+    case DBUS_MCAST_NO_MEMORY:
+      _dbus_verbose ("dbus-mcast: no memory to check a group message, dropped\n");
+      break;
+    case DBUS_MCAST_DROP:
+    default:
+      break;
+    }
+
+  _dbus_string_set_length (buffer, start);
+  return got;
+}
+
+/* The Hello reply was read: the group packets that came before it get
+ * their checks now, and those kept follow the reply into buffer. */
+static void
+replay_deferred (DBusSeqpacketFraming *framing,
+                 DBusString           *buffer)
+{
+  DeferredPacket *packet;
+
+  while ((packet = _dbus_list_pop_first (&framing->deferred)) != NULL)
+    {
+      DBusString str;
+      int start = _dbus_string_get_length (buffer);
+
+      _dbus_string_init_const_len (&str, packet->data, packet->len);
+      if (!_dbus_string_append_len (buffer, packet->data, packet->len))
+        _dbus_verbose ("dbus-mcast: no memory for an early group message, dropped\n");
+      else if (_dbus_mcast_member_from_peer (framing->member, packet->sender_id,
+                                             &str, 0, packet->len) != DBUS_MCAST_KEEP)
+        _dbus_string_set_length (buffer, start);
+      dbus_free (packet);
+    }
+}
+
+/* A member's packet from the daemon (sender id 0), just appended to
+ * buffer at start.  The daemon's long messages come in fragments, between
+ * which packets from the group may arrive: fragments are collected in
+ * framing->daemon_message and the message goes to buffer when complete.
+ * Unix fds come with the first fragment and stay in the loader's fd queue
+ * meanwhile (group packets carry none).  Returns got, or -1 with errno
+ * set. */
+static int
+daemon_packet (DBusSeqpacketFraming *framing,
+               DBusString           *buffer,
+               int                   start,
+               int                   got)
+{
+  int len = got;
+
+  if (framing->remaining > 0 ||
+      _dbus_string_get_length (&framing->daemon_message) > 0)
+    {
+      /* A fragment: collect it (the last one too, then take them all) */
+      if (!_dbus_string_move (buffer, start, &framing->daemon_message,
+                              _dbus_string_get_length (&framing->daemon_message)))
+        {
+          _dbus_string_set_length (buffer, start);
+          errno = ENOMEM;
+          return -1;
+        }
+
+      if (framing->remaining > 0)
+        return got;
+
+      len = _dbus_string_get_length (&framing->daemon_message);
+      if (!_dbus_string_move (&framing->daemon_message, 0, buffer, start))
+        {
+          _dbus_string_set_length (&framing->daemon_message, 0);
+          errno = ENOMEM;
+          return -1;
+        }
+    }
+
+  switch (_dbus_mcast_member_from_daemon (framing->member, buffer, start, len))
+    {
+    case DBUS_MCAST_DROP:
+      _dbus_string_set_length (buffer, start);
+      break;
+    case DBUS_MCAST_NO_MEMORY:
+      /* The message still goes to the loader, unexamined: better than
+       * losing a message the daemon delivered */
+      _dbus_verbose ("dbus-mcast: no memory to examine a message from the daemon\n");
+      break;
+    case DBUS_MCAST_KEEP:
+    case DBUS_MCAST_DEFER:
+    default:
+      break;
+    }
+
+  if (framing->deferred != NULL &&
+      !_dbus_mcast_member_waits_for_hello (framing->member))
+    replay_deferred (framing, buffer);
+
+  return got;
+}
+
 /**
  * Reads one packet of message data (after BEGIN) into buffer and checks
- * it against the framing rules of dbus-seqpacket-io.h.
+ * it against the framing rules of dbus-seqpacket-io.h.  For a member of a
+ * multicast group, packets from the other members are checked and maybe
+ * dropped (dbus-mcast-member.h); what reaches buffer is always whole
+ * messages then.
  *
  * @param framing the connection's receive-side state
  * @param fd the socket
  * @param buffer the message loader's buffer
  * @param fds room for unix fds, or #NULL not to receive any
  * @param n_fds in: room in fds; out: number received
- * @returns bytes read, 0 at end of stream, -1 with errno set on error
- *   (EPROTO for a framing violation)
+ * @returns bytes read (which may all have been dropped), 0 at end of
+ *   stream, -1 with errno set on error (EPROTO for a framing violation)
  */
 int
 _dbus_seqpacket_read_message (DBusSeqpacketFraming *framing,
@@ -350,11 +667,12 @@ _dbus_seqpacket_read_message (DBusSeqpacketFraming *framing,
                               unsigned int         *n_fds)
 {
   int start = _dbus_string_get_length (buffer);
+  dbus_uint64_t sender_id = 0;
   int got;
-  const unsigned char *packet;
-  const char *violation = NULL;
+  const char *violation;
 
-  got = read_packet (fd, buffer, DBUS_SEQPACKET_FRAGMENT_SIZE, fds, n_fds);
+  got = read_packet (fd, buffer, DBUS_SEQPACKET_FRAGMENT_SIZE, fds, n_fds,
+                     framing->member != NULL ? &sender_id : NULL);
   if (got < 0 && errno == EPROTO)
     {
       report_violation (framing, fd, "packet longer than the fragment size", -1);
@@ -364,41 +682,25 @@ _dbus_seqpacket_read_message (DBusSeqpacketFraming *framing,
   if (got <= 0)
     return got;
 
-  packet = (const unsigned char *) _dbus_string_get_const_data_len (buffer, start, got);
-
-  if (framing->remaining == 0)
+  if (sender_id != 0)
     {
-      dbus_uint32_t total;
-
-      if (got < DBUS_MINIMUM_HEADER_SIZE)
-        violation = "packet too short for a message header";
-      else if ((total = message_length (packet)) == 0)
-        violation = "invalid message header";
-      else if ((dbus_uint32_t) got > total)
-        violation = "packet holds more than one message";
-      else if ((dbus_uint32_t) got < total && got != DBUS_SEQPACKET_FRAGMENT_SIZE)
-        violation = "truncated message";
-      else
-        framing->remaining = total - got;
-    }
-  else
-    {
-      dbus_uint32_t expected = MIN (framing->remaining,
-                                    DBUS_SEQPACKET_FRAGMENT_SIZE);
-
-      if (fds != NULL && *n_fds > 0)
-        violation = "unix fds attached to a continuation fragment";
-      else if ((dbus_uint32_t) got != expected)
-        violation = "fragment of the wrong length";
-      else
-        framing->remaining -= got;
+      /* The kernel refuses unix fds sent to a group */
+      _dbus_assert (fds == NULL || *n_fds == 0);
+      return peer_packet (framing, sender_id, buffer, start, got);
     }
 
+  violation = check_framing (framing,
+                             (const unsigned char *)
+                             _dbus_string_get_const_data_len (buffer, start, got),
+                             got, fds != NULL && *n_fds > 0);
   if (violation != NULL)
     {
       report_violation (framing, fd, violation, got);
       return discard_packet (buffer, start, fds, n_fds, EPROTO);
     }
+
+  if (framing->member != NULL)
+    return daemon_packet (framing, buffer, start, got);
 
   return got;
 }
@@ -408,7 +710,10 @@ _dbus_seqpacket_read_message (DBusSeqpacketFraming *framing,
  * #DBUS_SEQPACKET_FRAGMENT_SIZE bytes, else the next fragment of exactly
  * that size (or the rest).  Unix fds go with the first packet.  The write
  * is atomic: either the whole packet is sent or nothing (-1, EAGAIN).
+ * _dbus_seqpacket_prepare_message() must have been called for the
+ * message (a member may send it to the daemon alone, MSG_DONTROUTE).
  *
+ * @param framing the connection's state
  * @param fd the socket
  * @param header the message header
  * @param body the message body
@@ -418,7 +723,8 @@ _dbus_seqpacket_read_message (DBusSeqpacketFraming *framing,
  * @returns bytes written or -1 with errno set
  */
 int
-_dbus_seqpacket_write_message (DBusSocket        fd,
+_dbus_seqpacket_write_message (DBusSeqpacketFraming *framing,
+                               DBusSocket        fd,
                                const DBusString *header,
                                const DBusString *body,
                                int               bytes_already_written,
@@ -436,6 +742,7 @@ _dbus_seqpacket_write_message (DBusSocket        fd,
   ssize_t bytes;
   int saved_errno;
   dbus_bool_t raised_sndbuf = FALSE;
+  int flags = MSG_NOSIGNAL;
 
   _dbus_assert (done < header_len + body_len);
 
@@ -484,8 +791,11 @@ _dbus_seqpacket_write_message (DBusSocket        fd,
       memcpy (CMSG_DATA (cm), fds, n_fds * sizeof (int));
     }
 
+  if (framing->member != NULL)
+    flags |= _dbus_mcast_member_send_flags (framing->member);
+
  again:
-  bytes = sendmsg (fd.fd, &m, MSG_NOSIGNAL);
+  bytes = sendmsg (fd.fd, &m, flags);
   if (bytes < 0 && errno == EINTR)
     goto again;
 
@@ -510,6 +820,10 @@ _dbus_seqpacket_write_message (DBusSocket        fd,
       errno = EPROTO;
       return -1;
     }
+
+  if (bytes >= 0 && framing->member != NULL &&
+      bytes_already_written + bytes == header_len + body_len)
+    _dbus_mcast_member_sent (framing->member);
 
   errno = saved_errno;
   return bytes;

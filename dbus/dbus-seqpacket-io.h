@@ -14,6 +14,11 @@
  *    one is sent as consecutive packets of exactly that size, the last one
  *    holding the rest; unix fds travel with the first packet.
  *
+ * On a connection that was promoted into a kernel multicast group
+ * (doc/design.md) every received packet carries the kernel's sender id,
+ * and dbus-mcast-member.h decides what to do with each message; this
+ * module still does the I/O.
+ *
  * A receiver that sees anything else (a packet holding more than one
  * message, a short fragment, a fragment that is too long, an invalid fixed
  * header) fails the read with EPROTO, and the transport disconnects that
@@ -28,6 +33,7 @@
 #define DBUS_SEQPACKET_IO_H
 
 #include <dbus/dbus-internals.h>
+#include <dbus/dbus-message.h>
 #include <dbus/dbus-string.h>
 #include <dbus/dbus-sysdeps.h>
 
@@ -47,8 +53,15 @@ DBUS_BEGIN_DECLS
  * message. */
 typedef struct DBusSeqpacketFraming DBusSeqpacketFraming;
 
-DBusSeqpacketFraming *_dbus_seqpacket_framing_new  (dbus_bool_t           log_violations);
-void                  _dbus_seqpacket_framing_free (DBusSeqpacketFraming *framing);
+DBusSeqpacketFraming *_dbus_seqpacket_framing_new   (dbus_bool_t           log_violations);
+void                  _dbus_seqpacket_framing_free  (DBusSeqpacketFraming *framing);
+dbus_bool_t           _dbus_seqpacket_framing_start (DBusSeqpacketFraming *framing,
+                                                     DBusSocket            fd,
+                                                     dbus_bool_t           multicast,
+                                                     DBusError            *error);
+dbus_bool_t           _dbus_seqpacket_may_write     (DBusSeqpacketFraming *framing);
+dbus_bool_t           _dbus_seqpacket_prepare_message (DBusSeqpacketFraming *framing,
+                                                       DBusMessage          *message);
 
 dbus_bool_t _dbus_socket_is_seqpacket (DBusSocket fd);
 
@@ -63,7 +76,8 @@ int _dbus_seqpacket_read_message   (DBusSeqpacketFraming *framing,
                                     DBusString           *buffer,
                                     int                  *fds,
                                     unsigned int         *n_fds);
-int _dbus_seqpacket_write_message  (DBusSocket            fd,
+int _dbus_seqpacket_write_message  (DBusSeqpacketFraming *framing,
+                                    DBusSocket            fd,
                                     const DBusString     *header,
                                     const DBusString     *body,
                                     int                   bytes_already_written,

@@ -37,6 +37,7 @@ _dbus_server_new_for_seqpacket (const char  *path,
   DBusSocket listen_fd;
   DBusString address;
   char *path_copy = NULL;
+  dbus_bool_t is_group;
 
   _DBUS_ASSERT_ERROR_IS_CLEAR (error);
 
@@ -62,7 +63,7 @@ _dbus_server_new_for_seqpacket (const char  *path,
         }
     }
 
-  listen_fd = _dbus_listen_unix_seqpacket (path, abstract, error);
+  listen_fd = _dbus_listen_unix_seqpacket (path, abstract, &is_group, error);
   if (!_dbus_socket_is_valid (listen_fd))
     {
       _DBUS_ASSERT_ERROR_IS_SET (error);
@@ -81,6 +82,9 @@ _dbus_server_new_for_seqpacket (const char  *path,
       _dbus_server_socket_own_filename (server, path_copy);
       path_copy = NULL;
     }
+
+  if (is_group)
+    _dbus_server_socket_set_multicast_group (server);
 
  out:
   dbus_free (path_copy);

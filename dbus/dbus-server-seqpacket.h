@@ -13,6 +13,17 @@
  * socket transport it creates for each client switches to packet I/O
  * because the accepted socket is SOCK_SEQPACKET.
  *
+ * On a kernel with multicast AF_UNIX groups the listening socket is a
+ * group (dbus-sysdeps-seqpacket.h).  Its clients can then be promoted into
+ * the group (doc/design.md), but only once the server's owner offers it
+ * with _dbus_server_socket_set_multicast_offered() (dbus-server-socket.h):
+ * clients accepted from then on agree to NEGOTIATE_MULTICAST, and
+ * _dbus_connection_get_multicast_negotiated() tells the owner which ones
+ * asked.  Admitting them (UNIX_PEER_ID, UNIX_PEER_FILTER,
+ * UNIX_ACCEPT_GROUP on dbus_connection_get_socket()) is the owner's job:
+ * dbus-daemon's.  Offering is off by default, so a peer-to-peer server on
+ * unixseq: behaves as on a kernel without groups.
+ *
  * Copyright (C) 2026 dbus-mcast contributors
  * Licensed under the Academic Free License version 2.1 or the GNU General
  * Public License version 2 or later, like the rest of libdbus.

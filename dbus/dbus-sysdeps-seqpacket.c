@@ -11,13 +11,12 @@
 #include <config.h>
 #include "dbus-sysdeps-seqpacket.h"
 #include "dbus-sysdeps-unix.h"
+#include "dbus-mcast-uapi.h"
 #include "dbus-protocol.h"
 
 #include <errno.h>
 #include <string.h>
-#include <sys/socket.h>
 #include <sys/stat.h>
-#include <sys/un.h>
 #include <unistd.h>
 
 /* As in dbus-sysdeps-unix.c: sun_path is 108 bytes on Linux but smaller
@@ -137,27 +136,66 @@ _dbus_connect_unix_seqpacket (const char  *path,
   return fd;
 }
 
+/* Binds fd to addr as a kernel multicast group (UNIX_CREATE_GROUP, which
+ * binds like bind() and makes the socket a group).  Returns 1 if it is a
+ * group now, 0 if the kernel has no multicast groups (the caller binds
+ * instead), -1 with errno set on any other error. */
+static int
+create_group (DBusSocket                fd,
+              const struct sockaddr_un *addr,
+              socklen_t                 addr_len)
+{
+#ifdef DBUS_HAVE_MCAST_UAPI
+  struct unix_mreq mreq;
+
+  _DBUS_ZERO (mreq);
+  memcpy (&mreq.address, addr, addr_len);
+  mreq.address_len = addr_len;
+
+  if (setsockopt (fd.fd, SOL_UNIX, UNIX_CREATE_GROUP, &mreq, sizeof (mreq)) == 0)
+    return 1;
+
+  /* A kernel without the feature: no SOL_UNIX options on AF_UNIX sockets
+   * (EOPNOTSUPP), or no such option (ENOPROTOOPT) */
+  if (errno == EOPNOTSUPP || errno == ENOPROTOOPT)
+    return 0;
+
+  return -1;
+#else
+  return 0;
+#endif
+}
+
 /**
  * Creates a listening Unix SOCK_SEQPACKET socket.  Like
  * _dbus_listen_unix_socket(), a stale socket file at path is replaced and
  * the socket is made world-accessible (authentication is done in SASL).
  *
+ * If the kernel has multicast AF_UNIX groups, the socket is created as a
+ * group (UNIX_CREATE_GROUP instead of bind()), whose members the owner may
+ * later admit (see dbus-server-seqpacket.h); otherwise it is bound as
+ * usual.
+ *
  * @param path the path or abstract name
  * @param abstract #TRUE for a Linux abstract name
+ * @param is_group set to whether the socket is a multicast group
  * @param error set on failure
  * @returns the listening non-blocking socket, or an invalid one on failure
  */
 DBusSocket
 _dbus_listen_unix_seqpacket (const char  *path,
                              dbus_bool_t  abstract,
+                             dbus_bool_t *is_group,
                              DBusError   *error)
 {
   DBusSocket fd = DBUS_SOCKET_INIT;
   struct sockaddr_un addr;
   socklen_t addr_len;
+  int group;
 
   _DBUS_ASSERT_ERROR_IS_CLEAR (error);
 
+  *is_group = FALSE;
   addr_len = fill_address (&addr, path, abstract, error);
   if (addr_len == 0)
     return fd;
@@ -173,7 +211,16 @@ _dbus_listen_unix_seqpacket (const char  *path,
         unlink (path);
     }
 
-  if (bind (fd.fd, (struct sockaddr *) &addr, addr_len) < 0)
+  group = create_group (fd, &addr, addr_len);
+  if (group < 0)
+    {
+      dbus_set_error (error, _dbus_error_from_errno (errno),
+                      "Failed to create multicast group at \"%s\": %s",
+                      path, _dbus_strerror (errno));
+      goto failed;
+    }
+
+  if (group == 0 && bind (fd.fd, (struct sockaddr *) &addr, addr_len) < 0)
     {
       dbus_set_error (error, _dbus_error_from_errno (errno),
                       "Failed to bind SOCK_SEQPACKET socket \"%s\": %s",
@@ -192,10 +239,63 @@ _dbus_listen_unix_seqpacket (const char  *path,
   if (!abstract && chmod (path, 0777) < 0)
     _dbus_warn ("Could not set mode 0777 on socket %s", path);
 
+  _dbus_verbose ("Listening on SOCK_SEQPACKET socket %s%s%s\n",
+                 abstract ? "(abstract) " : "", path,
+                 group ? " (multicast group)" : "");
+  *is_group = group;
   return fd;
 
  failed:
   _dbus_close_socket (fd, NULL);
   _dbus_socket_invalidate (&fd);
   return fd;
+}
+
+/**
+ * Whether the kernel could make this SOCK_SEQPACKET socket a member of a
+ * multicast group that tells it who sent each message: getsockopt() of
+ * UNIX_PASSID works only on a kernel with the multicast AF_UNIX feature.
+ *
+ * @param fd a SOCK_SEQPACKET socket
+ * @returns #TRUE if the socket could be promoted
+ */
+dbus_bool_t
+_dbus_seqpacket_multicast_supported (DBusSocket fd)
+{
+#ifdef DBUS_HAVE_MCAST_UAPI
+  int value = 0;
+  socklen_t len = sizeof (value);
+
+  return getsockopt (fd.fd, SOL_UNIX, UNIX_PASSID, &value, &len) == 0;
+#else
+  return FALSE;
+#endif
+}
+
+/**
+ * Asks the kernel to stamp every message this socket receives with the
+ * sender id the group's acceptor gave the sender (SCM_UNIX_SENDER_ID, 0
+ * for the acceptor itself).
+ *
+ * @param fd a SOCK_SEQPACKET socket
+ * @param error set on failure
+ * @returns #FALSE with error set on failure
+ */
+dbus_bool_t
+_dbus_seqpacket_set_passid (DBusSocket  fd,
+                            DBusError  *error)
+{
+#ifdef DBUS_HAVE_MCAST_UAPI
+  int one = 1;
+
+  if (setsockopt (fd.fd, SOL_UNIX, UNIX_PASSID, &one, sizeof (one)) == 0)
+    return TRUE;
+
+  dbus_set_error (error, _dbus_error_from_errno (errno),
+                  "Failed to set UNIX_PASSID: %s", _dbus_strerror (errno));
+#else
+  dbus_set_error (error, DBUS_ERROR_NOT_SUPPORTED,
+                  "Built without the multicast AF_UNIX interface");
+#endif
+  return FALSE;
 }

@@ -5,7 +5,9 @@
  * _dbus_connect_unix_socket() and _dbus_listen_unix_socket() (which only
  * make SOCK_STREAM sockets).  Same naming rules: a path in the file system
  * or a Linux abstract name.  Returned sockets are non-blocking and
- * close-on-exec.
+ * close-on-exec.  On a kernel with multicast AF_UNIX groups, the listening
+ * socket is a group and the socket options a member needs are set here
+ * (the kernel interface is reached through dbus-mcast-uapi.h).
  *
  * Copyright (C) 2026 dbus-mcast contributors
  * Licensed under the Academic Free License version 2.1 or the GNU General
@@ -24,7 +26,12 @@ DBusSocket _dbus_connect_unix_seqpacket (const char  *path,
                                          DBusError   *error);
 DBusSocket _dbus_listen_unix_seqpacket  (const char  *path,
                                          dbus_bool_t  abstract,
+                                         dbus_bool_t *is_group,
                                          DBusError   *error);
+
+dbus_bool_t _dbus_seqpacket_multicast_supported (DBusSocket  fd);
+dbus_bool_t _dbus_seqpacket_set_passid          (DBusSocket  fd,
+                                                 DBusError  *error);
 
 DBUS_END_DECLS
 

@@ -34,6 +34,11 @@
 #error "compile with -DSTAGE_DIR=\"...\""
 #endif
 
+/* libdbus internals of the multicast bus (DBUS_PRIVATE_EXPORT) */
+dbus_bool_t _dbus_server_socket_set_multicast_offered (DBusServer *server,
+                                                       dbus_bool_t offered);
+dbus_bool_t _dbus_connection_get_multicast_negotiated (DBusConnection *connection);
+
 /* Must match DBUS_SEQPACKET_FRAGMENT_SIZE in dbus/dbus-seqpacket-io.h */
 #define FRAGMENT_SIZE 65536
 #define TIMEOUT_US (60 * G_USEC_PER_SEC)
@@ -708,9 +713,11 @@ recv_packet (int fd, gchar *buf, gsize size, int timeout_ms)
   return r;
 }
 
-/* Connects, authenticates with EXTERNAL and sends BEGIN by hand */
+/* Connects to path and authenticates with EXTERNAL by hand; with
+ * multicast, then asks for it and returns the answer's first word in
+ * *answer (to be freed).  Sends BEGIN. */
 static int
-raw_connect (Fixture *f)
+raw_connect_to (const gchar *path, gboolean multicast, gchar **answer)
 {
   struct sockaddr_un addr = { AF_UNIX, { 0 } };
   int fd = socket (AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
@@ -721,7 +728,7 @@ raw_connect (Fixture *f)
   const gchar *p;
 
   g_assert_cmpint (fd, >=, 0);
-  g_strlcpy (addr.sun_path, f->seq_path, sizeof (addr.sun_path));
+  g_strlcpy (addr.sun_path, path, sizeof (addr.sun_path));
   g_assert_cmpint (connect (fd, (struct sockaddr *) &addr, sizeof (addr)), ==, 0);
 
   for (p = uid; *p != '\0'; p++)
@@ -733,11 +740,26 @@ raw_connect (Fixture *f)
   n = recv_packet (fd, buf, sizeof (buf) - 1, 10000);
   buf[n] = '\0';
   g_assert_true (g_str_has_prefix (buf, "OK "));
+  if (multicast)
+    {
+      send_packet (fd, "NEGOTIATE_MULTICAST\r\n", 21);
+      n = recv_packet (fd, buf, sizeof (buf) - 1, 10000);
+      buf[n] = '\0';
+      *answer = g_strndup (buf, strcspn (buf, " \r\n"));
+    }
   send_packet (fd, "BEGIN\r\n", 7);
 
   g_string_free (auth, TRUE);
   g_free (uid);
   return fd;
+}
+
+/* Connects to the daemon, authenticates with EXTERNAL and sends BEGIN by
+ * hand */
+static int
+raw_connect (Fixture *f)
+{
+  return raw_connect_to (f->seq_path, FALSE, NULL);
 }
 
 static gchar *
@@ -1348,6 +1370,262 @@ test_peer_to_peer (Fixture *f, gconstpointer data)
   g_free (listen);
 }
 
+/* Whether this kernel has multicast AF_UNIX groups: a unixseq: server
+ * says whether its listening socket is one */
+static gboolean
+kernel_has_groups (Fixture *f)
+{
+  DBusError error = DBUS_ERROR_INIT;
+  gchar *listen = g_strdup_printf ("unixseq:dir=%s", f->tmpdir);
+  DBusServer *server = dbus_server_listen (listen, &error);
+  gboolean groups;
+
+  assert_no_dbus_error (&error);
+  groups = _dbus_server_socket_set_multicast_offered (server, FALSE);
+  dbus_server_disconnect (server);
+  dbus_server_unref (server);
+  g_free (listen);
+  return groups;
+}
+
+/* dbus-daemon (which does not offer multicast yet) answers
+ * NEGOTIATE_MULTICAST with ERROR, and the connection goes on classic. */
+static void
+test_multicast_daemon_refuses (Fixture *f, gconstpointer data)
+{
+  gchar *answer = NULL;
+  int fd = raw_connect_to (f->seq_path, TRUE, &answer);
+  int len;
+  gchar *hello = marshal_call ("Hello", 1, &len);
+  DBusMessage *reply;
+
+  g_assert_cmpstr (answer, ==, "ERROR");
+  send_packet (fd, hello, len);
+  reply = raw_wait_reply (fd, 1);
+  g_assert_cmpint (dbus_message_get_type (reply), ==, DBUS_MESSAGE_TYPE_METHOD_RETURN);
+  dbus_message_unref (reply);
+  g_free (hello);
+  g_free (answer);
+  close (fd);
+}
+
+/* A peer-to-peer DBusServer on unixseq: agrees to multicast only when its
+ * owner offers it and its socket is a kernel group; the accepted
+ * connection says what was negotiated. */
+static void
+test_multicast_server_offer (Fixture *f, gconstpointer data)
+{
+  gboolean offer = GPOINTER_TO_INT (data);
+  DBusError error = DBUS_ERROR_INIT;
+  gchar *listen = g_strdup_printf ("unixseq:dir=%s", f->tmpdir);
+  P2PServer s = { NULL, NULL };
+  DBusServer *server;
+  DBusAddressEntry **parsed;
+  int n_parsed;
+  char *address;
+  gchar *answer = NULL;
+  gboolean groups;
+  gint64 deadline = g_get_monotonic_time () + TIMEOUT_US;
+  int fd;
+
+  server = dbus_server_listen (listen, &error);
+  assert_no_dbus_error (&error);
+  groups = _dbus_server_socket_set_multicast_offered (server, offer);
+  g_test_message ("kernel groups: %s", groups ? "yes" : "no");
+  address = dbus_server_get_address (server);
+  g_assert_true (dbus_parse_address (address, &parsed, &n_parsed, &error));
+  g_assert_true (dbus_server_set_watch_functions (server, p2p_add_watch,
+                                                  p2p_remove_watch, NULL,
+                                                  &s, NULL));
+  dbus_server_set_new_connection_function (server, p2p_new_connection, &s, NULL);
+
+  /* A client that asks, with the server running in this thread: accept
+   * and authenticate in steps */
+  {
+    struct sockaddr_un addr = { AF_UNIX, { 0 } };
+    gchar *uid = g_strdup_printf ("%u", (unsigned) getuid ());
+    GString *auth = g_string_new ("AUTH EXTERNAL ");
+    const gchar *p;
+    gchar buf[512];
+    int step;
+
+    fd = socket (AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+    g_strlcpy (addr.sun_path, dbus_address_entry_get_value (parsed[0], "path"),
+               sizeof (addr.sun_path));
+    g_assert_cmpint (connect (fd, (struct sockaddr *) &addr, sizeof (addr)), ==, 0);
+    for (p = uid; *p != '\0'; p++)
+      g_string_append_printf (auth, "%02x", (guchar) *p);
+    g_string_append (auth, "\r\n");
+    send_packet (fd, "", 1);
+    send_packet (fd, auth->str, auth->len);
+
+    /* serve until the answer to NEGOTIATE_MULTICAST is there */
+    for (step = 0; step < 2; )
+      {
+        struct pollfd pf[2] = { { fd, POLLIN, 0 }, { -1, POLLIN, 0 } };
+        gssize n;
+
+        g_assert_cmpint (g_get_monotonic_time (), <, deadline);
+        if (s.watch != NULL)
+          pf[1].fd = dbus_watch_get_unix_fd (s.watch);
+        poll (pf, 2, 10);
+        if (pf[1].revents & POLLIN)
+          dbus_watch_handle (s.watch, DBUS_WATCH_READABLE);
+        if (s.accepted != NULL)
+          dbus_connection_read_write (s.accepted, 0);
+        if (!(pf[0].revents & POLLIN))
+          continue;
+        n = recv (fd, buf, sizeof (buf) - 1, 0);
+        g_assert_cmpint (n, >, 0);
+        buf[n] = '\0';
+        if (step == 0)
+          {
+            g_assert_true (g_str_has_prefix (buf, "OK "));
+            send_packet (fd, "NEGOTIATE_MULTICAST\r\n", 21);
+          }
+        else
+          answer = g_strndup (buf, strcspn (buf, " \r\n"));
+        step++;
+      }
+    send_packet (fd, "BEGIN\r\n", 7);
+    while (!dbus_connection_get_is_authenticated (s.accepted))
+      {
+        g_assert_cmpint (g_get_monotonic_time (), <, deadline);
+        dbus_connection_read_write (s.accepted, 10);
+      }
+    g_string_free (auth, TRUE);
+    g_free (uid);
+  }
+
+  g_assert_cmpstr (answer, ==, offer && groups ? "AGREE_MULTICAST" : "ERROR");
+  g_assert_cmpint (_dbus_connection_get_multicast_negotiated (s.accepted), ==,
+                   offer && groups);
+
+  close (fd);
+  dbus_connection_close (s.accepted);
+  dbus_connection_unref (s.accepted);
+  dbus_server_disconnect (server);
+  dbus_server_unref (server);
+  dbus_address_entries_free (parsed);
+  dbus_free (address);
+  g_free (answer);
+  g_free (listen);
+}
+
+/* Reads one SASL packet from a libdbus client, which runs in this
+ * thread: pump it while waiting */
+static gchar *
+client_line (DBusConnection *c, int fd)
+{
+  gint64 deadline = g_get_monotonic_time () + TIMEOUT_US;
+  gchar buf[512];
+  gssize n;
+
+  while ((n = recv (fd, buf, sizeof (buf) - 1, MSG_DONTWAIT)) < 0 && errno == EAGAIN)
+    {
+      g_assert_cmpint (g_get_monotonic_time (), <, deadline);
+      dbus_connection_read_write (c, 0);
+      g_usleep (1000);
+    }
+  g_assert_cmpint (n, >, 0);
+  buf[n] = '\0';
+  return g_strdup (buf);
+}
+
+/* Our libdbus asks for multicast only where the kernel could make it a
+ * member; a server's ERROR (what a stock server answers) leaves it
+ * classic: it sends BEGIN and works, without SENDER. */
+static void
+test_multicast_client (Fixture *f, gconstpointer data)
+{
+  gchar *path = g_build_filename (f->tmpdir, "hand-made", NULL);
+  gchar *address = g_strdup_printf ("unixseq:path=%s", path);
+  struct sockaddr_un addr = { AF_UNIX, { 0 } };
+  int listen_fd = socket (AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+  gboolean groups = kernel_has_groups (f);
+  DBusError error = DBUS_ERROR_INIT;
+  DBusConnection *c;
+  DBusMessage *hello, *m;
+  dbus_uint32_t serial;
+  const char *name = ":1.1";
+  gchar *line;
+  int fd, len;
+  char *bytes;
+
+  g_strlcpy (addr.sun_path, path, sizeof (addr.sun_path));
+  g_assert_cmpint (bind (listen_fd, (struct sockaddr *) &addr, sizeof (addr)), ==, 0);
+  g_assert_cmpint (listen (listen_fd, 1), ==, 0);
+  c = dbus_connection_open_private (address, &error);
+  assert_no_dbus_error (&error);
+  dbus_connection_set_exit_on_disconnect (c, FALSE);
+  fd = accept (listen_fd, NULL, NULL);
+  g_assert_cmpint (fd, >=, 0);
+
+  line = client_line (c, fd);
+  g_assert_cmpint (line[0], ==, '\0'); /* the credentials byte */
+  g_free (line);
+  line = client_line (c, fd);
+  g_assert_true (g_str_has_prefix (line, "AUTH EXTERNAL "));
+  g_free (line);
+  send_packet (fd, "OK 0123456789abcdef0123456789abcdef\r\n", 37);
+  line = client_line (c, fd);
+  g_assert_cmpstr (line, ==, "NEGOTIATE_UNIX_FD\r\n");
+  g_free (line);
+  send_packet (fd, "AGREE_UNIX_FD\r\n", 15);
+  line = client_line (c, fd);
+  if (groups)
+    {
+      g_assert_cmpstr (line, ==, "NEGOTIATE_MULTICAST\r\n");
+      g_free (line);
+      send_packet (fd, "ERROR\r\n", 7);
+      line = client_line (c, fd);
+    }
+  g_assert_cmpstr (line, ==, "BEGIN\r\n");
+  g_free (line);
+
+  hello = dbus_message_new_method_call (DBUS_SERVICE_DBUS, DBUS_PATH_DBUS,
+                                        DBUS_INTERFACE_DBUS, "Hello");
+  g_assert_true (dbus_connection_send (c, hello, &serial));
+  dbus_message_unref (hello);
+  dbus_connection_flush (c);
+  {
+    gchar *packet = g_malloc (FRAGMENT_SIZE);
+    gssize n = recv_packet (fd, packet, FRAGMENT_SIZE, 10000);
+
+    /* one message per packet, and no SENDER: not a member */
+    g_assert_cmpint (dbus_message_demarshal_bytes_needed (packet, n), ==, n);
+    m = dbus_message_demarshal (packet, n, &error);
+    assert_no_dbus_error (&error);
+    g_assert_true (dbus_message_is_method_call (m, DBUS_INTERFACE_DBUS, "Hello"));
+    g_assert_null (dbus_message_get_sender (m));
+    dbus_message_unref (m);
+    g_free (packet);
+  }
+
+  m = dbus_message_new (DBUS_MESSAGE_TYPE_METHOD_RETURN);
+  dbus_message_set_reply_serial (m, serial);
+  dbus_message_set_sender (m, DBUS_SERVICE_DBUS);
+  dbus_message_set_destination (m, name);
+  dbus_message_append_args (m, DBUS_TYPE_STRING, &name, DBUS_TYPE_INVALID);
+  dbus_message_set_serial (m, 1);
+  g_assert_true (dbus_message_marshal (m, &bytes, &len));
+  send_packet (fd, bytes, len);
+  dbus_free (bytes);
+  dbus_message_unref (m);
+  while ((m = dbus_connection_pop_message (c)) == NULL)
+    g_assert_true (dbus_connection_read_write (c, 100));
+  g_assert_cmpuint (dbus_message_get_reply_serial (m), ==, serial);
+  dbus_message_unref (m);
+
+  dbus_connection_close (c);
+  dbus_connection_unref (c);
+  close (fd);
+  close (listen_fd);
+  g_unlink (path);
+  g_free (path);
+  g_free (address);
+}
+
 /* dbus-daemon --address with the other unixseq: forms; bad addresses */
 static void
 test_addresses (Fixture *f, gconstpointer data)
@@ -1464,6 +1742,10 @@ main (int argc, char **argv)
   ADD ("/seqpacket/many-clients", test_many_clients, NULL);
   ADD ("/seqpacket/addresses", test_addresses, NULL);
   ADD ("/seqpacket/peer-to-peer", test_peer_to_peer, NULL);
+  ADD ("/seqpacket/multicast/daemon-refuses", test_multicast_daemon_refuses, NULL);
+  ADD ("/seqpacket/multicast/server-not-offering", test_multicast_server_offer, GINT_TO_POINTER (FALSE));
+  ADD ("/seqpacket/multicast/server-offering", test_multicast_server_offer, GINT_TO_POINTER (TRUE));
+  ADD ("/seqpacket/multicast/client", test_multicast_client, NULL);
   ADD ("/seqpacket/tools", test_tools, NULL);
   ADD ("/seqpacket/unmodified/libdbus", test_unmodified_clients, "libdbus");
   ADD ("/seqpacket/unmodified/gdbus", test_unmodified_clients, "gdbus");

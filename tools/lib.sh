@@ -74,3 +74,39 @@ apply_series ()
       "$(git_in "$dir" commit-tree "$tree" -p base -m "$message")"
   fi
 }
+
+# TAP: scripts that collect several test programs into one stream number
+# the results themselves.  emit ok|not-ok DESCRIPTION adds one result;
+# tap_include FILE PREFIX renumbers the results of a program's TAP output
+# into the stream, keeping its diagnostics as comments, and sets
+# tap_included to the number of results it added.  The script ends with
+# echo "1..$tap_n" and exits with $tap_failed.
+tap_n=0
+tap_failed=0
+
+emit ()
+{
+  tap_n=$((tap_n + 1))
+  if [ "$1" = ok ]; then
+    echo "ok $tap_n $2"
+  else
+    echo "not ok $tap_n $2"
+    tap_failed=1
+  fi
+}
+
+tap_include ()
+{
+  local before=$tap_n line
+  while IFS= read -r line; do
+    case $line in
+      "ok "[0-9]*) emit ok "$2 $(echo "$line" | sed 's/^ok [0-9]* *//')" ;;
+      "not ok "[0-9]*) emit not-ok "$2 $(echo "$line" | sed 's/^not ok [0-9]* *//')" ;;
+      "Bail out!"*) emit not-ok "$2 $line" ;;
+      1..*) ;;
+      "#"*) echo "$line" ;;
+      *) echo "# $line" ;;
+    esac
+  done <"$1"
+  tap_included=$((tap_n - before))
+}

@@ -846,6 +846,11 @@ test_daemon (void)
   g_byte_array_set_size (bytes, bytes->len - 1);
   g_assert_true (pair_passes_raw (p, bytes));
   g_assert_true (pair_passes (p, (const guint8 *) "l\4\0\1", 4));
+  /* fds for a member: sent straight to the daemon (MSG_DONTROUTE), which
+   * routes them */
+  raw = raw_signal (FALSE, ":1.5", ":1.1");
+  raw_field_u32 (raw, DBUS_HEADER_FIELD_UNIX_FDS, 'u', 1);
+  g_assert_true (pair_passes_raw (p, raw_finish (raw, NULL, 0)));
   /* DESTINATION with the wrong type */
   raw = raw_signal (FALSE, ":1.5", NULL);
   raw_field_u32 (raw, DBUS_HEADER_FIELD_DESTINATION, 'u', 1);
@@ -895,6 +900,11 @@ test_member_malformed (void)
                                                  NULL, 0)));
   g_assert_true (pair_passes_raw (p, raw_finish (raw_signal (FALSE, ":1.5", NULL),
                                                  NULL, 0)));
+  /* fds never come through the group: a message saying it has some
+   * does not reach a member */
+  raw = raw_signal (FALSE, ":1.5", ":1.1");
+  raw_field_u32 (raw, DBUS_HEADER_FIELD_UNIX_FDS, 'u', 1);
+  g_assert_false (pair_passes_raw (p, raw_finish (raw, NULL, 0)));
   /* unknown fields are skipped */
   raw = raw_signal (FALSE, ":1.5", NULL);
   raw_field_string (raw, 200, 's', "unknown");

@@ -1,0 +1,716 @@
+/* -*- mode: C; c-file-style: "gnu"; indent-tabs-mode: nil; -*- */
+/* dbus-mcast-member.c  What a member of a dbus-mcast multicast bus does
+ *
+ * What this module is for: see dbus-mcast-member.h.
+ *
+ * Copyright (C) 2026 dbus-mcast contributors
+ * Licensed under the Academic Free License version 2.1 or the GNU General
+ * Public License version 2 or later, like the rest of libdbus.
+ */
+
+#include <config.h>
+#include "dbus-mcast-member.h"
+#include "dbus-hash.h"
+#include "dbus-list.h"
+#include "dbus-marshal-basic.h"
+#include "dbus-marshal-header.h"
+#include "dbus-marshal-validate.h"
+#include "dbus-match-rule.h"
+#include "dbus-message-internal.h"
+#include "dbus-message-private.h"
+#include "dbus-protocol.h"
+#include "dbus-seqpacket-io.h"
+
+#include <stdio.h>
+#include <string.h>
+#include <sys/socket.h>
+
+/** The interface and member of the daemon's fence signal (doc/design.md) */
+#define MCAST_INTERFACE "org.freedesktop.DBus.Mcast"
+#define MCAST_ROUTED "Routed"
+
+typedef enum
+{
+  STATE_BEFORE_HELLO, /**< negotiated; Hello not written yet */
+  STATE_HELLO_SENT,   /**< Hello written, its reply not read yet */
+  STATE_MEMBER,       /**< the Hello reply was read: a member */
+  STATE_NOT_PROMOTED  /**< Hello failed or was not the first message */
+} MemberState;
+
+/** A method call this connection sent expecting a reply, or an
+ * AddMatch/RemoveMatch the daemon may still refuse */
+typedef struct
+{
+  /** Who may answer besides the daemon: the unique name or
+   * org.freedesktop.DBus the call was addressed to (no member can claim
+   * the latter), or #NULL for any member (a well-known name) */
+  char *expected_sender;
+  /** For AddMatch/RemoveMatch: the rule, or #NULL */
+  DBusMatchRule *rule;
+  /** For AddMatch: a link holding a reference to rule, ready to join the
+   * connection's rules without allocating */
+  DBusList *rule_link;
+  dbus_bool_t add_match; /**< AddMatch (else RemoveMatch) */
+  dbus_bool_t become_monitor; /**< BecomeMonitor */
+  /** Already applied: sent without expecting a reply, so the daemon only
+   * answers if it refuses (with an error) */
+  dbus_bool_t applied;
+} PendingCall;
+
+struct DBusMcastMember
+{
+  MemberState state;
+  char name[DBUS_MAXIMUM_NAME_LENGTH + 1]; /**< our unique name, once a
+                                           *   member (no allocation: the
+                                           *   Hello reply cannot be read
+                                           *   twice) */
+  dbus_uint32_t hello_serial;    /**< serial of our Hello */
+  dbus_bool_t fenced;            /**< writing is stopped */
+  dbus_uint32_t fence_serial;    /**< serial the Routed fence waits for,
+                                  *   0 while the Hello fence is up */
+  dbus_uint32_t prepared_serial; /**< message being written */
+  dbus_bool_t prepared_dontroute; /**< it goes to the daemon alone */
+  dbus_bool_t prepared_fence;    /**< writing stops after it */
+  DBusHashTable *pending;        /**< serial -> PendingCall */
+  DBusList *rules;               /**< DBusMatchRule of successful AddMatch */
+  dbus_bool_t monitor;           /**< BecomeMonitor succeeded: the daemon
+                                  *   gave us an accept-all filter */
+  DBusHeader scratch;            /**< header of the daemon's last message */
+};
+
+static void
+pending_call_free (void *data)
+{
+  PendingCall *call = data;
+
+  if (call == NULL)
+    return; /* the hash table frees the "old value" of a new entry */
+
+  if (call->rule_link != NULL)
+    {
+      _dbus_match_rule_unref (call->rule_link->data);
+      _dbus_list_free_link (call->rule_link);
+    }
+  if (call->rule != NULL)
+    _dbus_match_rule_unref (call->rule);
+  dbus_free (call->expected_sender);
+  dbus_free (call);
+}
+
+/**
+ * Creates the state of a connection that negotiated multicast, before it
+ * has written anything.
+ *
+ * @returns the state, or #NULL if no memory
+ */
+DBusMcastMember *
+_dbus_mcast_member_new (void)
+{
+  DBusMcastMember *member = dbus_new0 (DBusMcastMember, 1);
+
+  if (member == NULL)
+    return NULL;
+
+  member->pending = _dbus_hash_table_new (DBUS_HASH_UINTPTR, NULL,
+                                          pending_call_free);
+  if (member->pending == NULL)
+    goto failed;
+
+  if (!_dbus_header_init (&member->scratch))
+    goto failed;
+
+  member->state = STATE_BEFORE_HELLO;
+  return member;
+
+ failed:
+  if (member->pending != NULL)
+    _dbus_hash_table_unref (member->pending);
+  dbus_free (member);
+  return NULL;
+}
+
+/**
+ * Frees what _dbus_mcast_member_new() returned.
+ *
+ * @param member the state, or #NULL
+ */
+void
+_dbus_mcast_member_free (DBusMcastMember *member)
+{
+  if (member == NULL)
+    return;
+
+  _dbus_list_clear_full (&member->rules,
+                         (DBusFreeFunction) _dbus_match_rule_unref);
+  _dbus_hash_table_unref (member->pending);
+  _dbus_header_free (&member->scratch);
+  dbus_free (member);
+}
+
+/**
+ * Whether the connection may write its next message: not while a fence
+ * is up.
+ *
+ * @param member the state
+ * @returns #TRUE if writing may go on
+ */
+dbus_bool_t
+_dbus_mcast_member_may_write (DBusMcastMember *member)
+{
+  return !member->fenced;
+}
+
+/**
+ * Whether the connection wrote Hello and has not read its reply yet: the
+ * daemon may have admitted it already, and packets from the group have to
+ * wait for the unique name.
+ *
+ * @param member the state
+ * @returns #TRUE while the Hello reply is awaited
+ */
+dbus_bool_t
+_dbus_mcast_member_waits_for_hello (DBusMcastMember *member)
+{
+  return member->state == STATE_HELLO_SENT;
+}
+
+static dbus_bool_t
+is_driver_call (DBusMessage *message,
+                const char  *method)
+{
+  const char *interface = dbus_message_get_interface (message);
+
+  return dbus_message_get_type (message) == DBUS_MESSAGE_TYPE_METHOD_CALL &&
+         dbus_message_has_destination (message, DBUS_SERVICE_DBUS) &&
+         (interface == NULL || strcmp (interface, DBUS_INTERFACE_DBUS) == 0) &&
+         dbus_message_has_member (message, method);
+}
+
+/* Records a method call we are about to send: one that expects a reply,
+ * or an AddMatch/RemoveMatch.  Returns it, or NULL if no memory. */
+static PendingCall *
+track_call (DBusMcastMember *member,
+            DBusMessage     *message)
+{
+  const char *destination = dbus_message_get_destination (message);
+  dbus_bool_t add_match = is_driver_call (message, "AddMatch");
+  PendingCall *call;
+  const char *text;
+
+  call = dbus_new0 (PendingCall, 1);
+  if (call == NULL)
+    return NULL;
+
+  if (destination != NULL &&
+      (destination[0] == ':' || strcmp (destination, DBUS_SERVICE_DBUS) == 0))
+    {
+      call->expected_sender = _dbus_strdup (destination);
+      if (call->expected_sender == NULL)
+        goto oom;
+    }
+
+  if ((add_match || is_driver_call (message, "RemoveMatch")) &&
+      dbus_message_get_args (message, NULL, DBUS_TYPE_STRING, &text,
+                             DBUS_TYPE_INVALID))
+    {
+      DBusString str;
+      DBusError error = DBUS_ERROR_INIT;
+
+      _dbus_string_init_const (&str, text);
+      call->rule = _dbus_match_rule_parse (&str, &error);
+      if (call->rule == NULL)
+        {
+          /* The daemon will refuse it too: nothing to apply */
+          dbus_bool_t oom = dbus_error_has_name (&error, DBUS_ERROR_NO_MEMORY);
+
+          dbus_error_free (&error);
+          if (oom)
+            goto oom;
+        }
+      else if (add_match)
+        {
+          call->rule_link = _dbus_list_alloc_link (call->rule);
+          if (call->rule_link == NULL)
+            goto oom;
+          _dbus_match_rule_ref (call->rule);
+          call->add_match = TRUE;
+        }
+    }
+
+  call->become_monitor =
+    dbus_message_is_method_call (message, DBUS_INTERFACE_MONITORING,
+                                 "BecomeMonitor") &&
+    dbus_message_has_destination (message, DBUS_SERVICE_DBUS);
+
+  if (!_dbus_hash_table_insert_uintptr (member->pending,
+                                        dbus_message_get_serial (message),
+                                        call))
+    goto oom;
+
+  return call;
+
+ oom:
+  pending_call_free (call);
+  return NULL;
+}
+
+/* Removes one rule equal to rule from the connection's rules (what
+ * RemoveMatch does in the daemon) */
+static void
+remove_rule (DBusMcastMember     *member,
+             const DBusMatchRule *rule)
+{
+  DBusList *link;
+
+  for (link = _dbus_list_get_first_link (&member->rules);
+       link != NULL;
+       link = _dbus_list_get_next_link (&member->rules, link))
+    {
+      if (_dbus_match_rule_equal (link->data, rule))
+        {
+          _dbus_match_rule_unref (link->data);
+          _dbus_list_remove_link (&member->rules, link);
+          return;
+        }
+    }
+}
+
+/* The daemon accepted (or, for a call without reply, will be taken to
+ * accept) an AddMatch or RemoveMatch: the connection's rules are now
+ * what the daemon compiled into its peer filter. */
+static void
+apply_rule (DBusMcastMember *member,
+            PendingCall     *call)
+{
+  if (call->add_match)
+    {
+      _dbus_list_append_link (&member->rules, call->rule_link);
+      call->rule_link = NULL;
+    }
+  else
+    remove_rule (member, call->rule);
+  call->applied = TRUE;
+}
+
+/* A reply to serial arrived from sender.  Returns whether it answers a
+ * call we made and that sender may answer; if so the call is complete. */
+static dbus_bool_t
+answer_call (DBusMcastMember *member,
+             dbus_uint32_t    serial,
+             const char      *sender,
+             dbus_bool_t      from_daemon,
+             dbus_bool_t      is_return)
+{
+  PendingCall *call = _dbus_hash_table_lookup_uintptr (member->pending, serial);
+
+  if (call == NULL)
+    return FALSE;
+
+  if (!from_daemon &&
+      call->expected_sender != NULL &&
+      (sender == NULL || strcmp (call->expected_sender, sender) != 0))
+    return FALSE;
+
+  if (call->become_monitor && from_daemon && is_return &&
+      sender != NULL && strcmp (sender, DBUS_SERVICE_DBUS) == 0)
+    member->monitor = TRUE;
+
+  if (call->rule != NULL && from_daemon &&
+      sender != NULL && strcmp (sender, DBUS_SERVICE_DBUS) == 0)
+    {
+      if (is_return && !call->applied)
+        apply_rule (member, call);
+      else if (!is_return && call->applied && call->add_match)
+        remove_rule (member, call->rule); /* refused after all */
+    }
+
+  _dbus_hash_table_remove_uintptr (member->pending, serial);
+  return TRUE;
+}
+
+/**
+ * Called before the first packet of message is written.  Returns #FALSE
+ * only if no memory; it may be called again for the same message then.
+ *
+ * @param member the state
+ * @param message the message about to be written (locked)
+ * @returns #FALSE if no memory
+ */
+dbus_bool_t
+_dbus_mcast_member_prepare (DBusMcastMember *member,
+                            DBusMessage     *message)
+{
+  dbus_uint32_t serial = dbus_message_get_serial (message);
+  const char *name = member->name;
+  const char *sender;
+  const int *fds;
+  unsigned int n_fds;
+  int length;
+
+  if (serial == member->prepared_serial)
+    return TRUE; /* a retry after EAGAIN or no memory */
+
+  member->prepared_dontroute = FALSE;
+  member->prepared_fence = FALSE;
+
+  switch (member->state)
+    {
+    case STATE_BEFORE_HELLO:
+      if (is_driver_call (message, "Hello"))
+        {
+          member->hello_serial = serial;
+          member->prepared_fence = TRUE;
+          member->state = STATE_HELLO_SENT;
+        }
+      else
+        {
+          _dbus_verbose ("dbus-mcast: first message is not Hello, not a member\n");
+          member->state = STATE_NOT_PROMOTED;
+        }
+      break;
+
+    case STATE_MEMBER:
+      sender = dbus_message_get_sender (message);
+      if ((sender == NULL || strcmp (sender, member->name) != 0) &&
+          !_dbus_header_set_field_basic (&message->header,
+                                         DBUS_HEADER_FIELD_SENDER,
+                                         DBUS_TYPE_STRING, &name))
+        return FALSE;
+
+      if (dbus_message_get_type (message) == DBUS_MESSAGE_TYPE_METHOD_CALL)
+        {
+          dbus_bool_t no_reply = dbus_message_get_no_reply (message);
+          PendingCall *call = NULL;
+
+          /* A match call without reply (dbus_bus_add_match() without
+           * error) is applied now: the daemon handles it before anything
+           * we send later, and only answers if it refuses. */
+          if ((!no_reply ||
+               is_driver_call (message, "AddMatch") ||
+               is_driver_call (message, "RemoveMatch")) &&
+              (call = track_call (member, message)) == NULL)
+            return FALSE;
+
+          if (no_reply && call != NULL && call->rule != NULL)
+            apply_rule (member, call);
+        }
+
+      _dbus_message_get_unix_fds (message, &fds, &n_fds);
+      length = _dbus_string_get_length (&message->header.data) +
+               _dbus_string_get_length (&message->body);
+      if (n_fds > 0 || length > DBUS_SEQPACKET_FRAGMENT_SIZE)
+        {
+          member->prepared_dontroute = TRUE;
+          member->prepared_fence = TRUE;
+        }
+      break;
+
+    case STATE_HELLO_SENT:
+      /* The Hello fence lets nothing through until the reply */
+      _dbus_assert_not_reached ("wrote past the Hello fence");
+      break;
+
+    case STATE_NOT_PROMOTED:
+    default:
+      break;
+    }
+
+  member->prepared_serial = serial;
+  return TRUE;
+}
+
+/**
+ * The sendmsg() flags for every packet of the prepared message.
+ *
+ * @param member the state
+ * @returns MSG_DONTROUTE for a message that goes to the daemon alone, or 0
+ */
+int
+_dbus_mcast_member_send_flags (DBusMcastMember *member)
+{
+  return member->prepared_dontroute ? MSG_DONTROUTE : 0;
+}
+
+/**
+ * Called when the last packet of the prepared message was written: puts
+ * up the fence after Hello and after a message sent to the daemon alone.
+ *
+ * @param member the state
+ */
+void
+_dbus_mcast_member_sent (DBusMcastMember *member)
+{
+  if (!member->prepared_fence)
+    return;
+
+  member->fenced = TRUE;
+  member->fence_serial = member->state == STATE_HELLO_SENT ? 0 :
+                         member->prepared_serial;
+  _dbus_verbose ("dbus-mcast: fence up after serial %u\n",
+                 member->prepared_serial);
+}
+
+/* Our Hello was answered.  A method return makes us a member: the body is
+ * our unique name. */
+static DBusMcastVerdict
+hello_answered (DBusMcastMember  *member,
+                int               type,
+                const DBusString *message,
+                int               byte_order,
+                int               body_start)
+{
+  const char *signature = NULL;
+  const char *name;
+  DBusString name_str;
+
+  member->fenced = FALSE;
+
+  if (type != DBUS_MESSAGE_TYPE_METHOD_RETURN ||
+      !_dbus_header_get_field_basic (&member->scratch,
+                                     DBUS_HEADER_FIELD_SIGNATURE,
+                                     DBUS_TYPE_SIGNATURE, &signature) ||
+      strcmp (signature, "s") != 0)
+    {
+      _dbus_verbose ("dbus-mcast: Hello failed, not a member\n");
+      member->state = STATE_NOT_PROMOTED;
+      return DBUS_MCAST_KEEP;
+    }
+
+  _dbus_marshal_read_basic (message, body_start, DBUS_TYPE_STRING, &name,
+                            byte_order, NULL);
+  _dbus_string_init_const (&name_str, name);
+  if (name[0] != ':' ||
+      !_dbus_validate_bus_name (&name_str, 0, _dbus_string_get_length (&name_str)))
+    {
+      _dbus_verbose ("dbus-mcast: Hello returned no unique name, not a member\n");
+      member->state = STATE_NOT_PROMOTED;
+      return DBUS_MCAST_KEEP;
+    }
+
+  /* valid bus names are at most DBUS_MAXIMUM_NAME_LENGTH bytes */
+  strcpy (member->name, name);
+  member->state = STATE_MEMBER;
+  _dbus_verbose ("dbus-mcast: member as %s\n", member->name);
+  return DBUS_MCAST_KEEP;
+}
+
+/**
+ * Looks at a complete message from the daemon (sender id 0), which is
+ * trusted: the Hello reply, the Routed fence signal (consumed), replies.
+ * A message that does not parse is kept: the message loader then
+ * disconnects, as it would from any daemon sending garbage.
+ *
+ * @param member the state
+ * @param data the buffer holding the message
+ * @param start where it starts
+ * @param len its length
+ * @returns what to do with it
+ */
+DBusMcastVerdict
+_dbus_mcast_member_from_daemon (DBusMcastMember  *member,
+                                const DBusString *data,
+                                int               start,
+                                int               len)
+{
+  DBusString message;
+  DBusValidity validity;
+  int byte_order, fields_array_len, header_len, body_len;
+  int type;
+  const char *sender = NULL;
+  const char *interface = NULL;
+  const char *method = NULL;
+  const char *signature = NULL;
+  dbus_uint32_t reply_serial;
+
+  _dbus_string_init_const_len (&message,
+                               _dbus_string_get_const_data_len (data, start, len),
+                               len);
+
+  if (!_dbus_header_have_message_untrusted (DBUS_MAXIMUM_MESSAGE_LENGTH,
+                                            &validity, &byte_order,
+                                            &fields_array_len, &header_len,
+                                            &body_len, &message, 0, len) ||
+      header_len + body_len != len)
+    return DBUS_MCAST_KEEP;
+
+  _dbus_header_reinit (&member->scratch);
+  if (!_dbus_header_load (&member->scratch, DBUS_VALIDATION_MODE_DATA_IS_UNTRUSTED,
+                          &validity, byte_order, fields_array_len, header_len,
+                          body_len, &message))
+    return validity == DBUS_VALIDITY_UNKNOWN_OOM_ERROR ?
+           DBUS_MCAST_NO_MEMORY : DBUS_MCAST_KEEP;
+
+  type = _dbus_header_get_message_type (&member->scratch);
+  _dbus_header_get_field_basic (&member->scratch, DBUS_HEADER_FIELD_SENDER,
+                                DBUS_TYPE_STRING, &sender);
+
+  if (type == DBUS_MESSAGE_TYPE_SIGNAL &&
+      sender != NULL && strcmp (sender, DBUS_SERVICE_DBUS) == 0 &&
+      _dbus_header_get_field_basic (&member->scratch, DBUS_HEADER_FIELD_INTERFACE,
+                                    DBUS_TYPE_STRING, &interface) &&
+      strcmp (interface, MCAST_INTERFACE) == 0 &&
+      _dbus_header_get_field_basic (&member->scratch, DBUS_HEADER_FIELD_MEMBER,
+                                    DBUS_TYPE_STRING, &method) &&
+      strcmp (method, MCAST_ROUTED) == 0)
+    {
+      /* The fence signal: consumed, never dispatched */
+      if (_dbus_header_get_field_basic (&member->scratch, DBUS_HEADER_FIELD_SIGNATURE,
+                                        DBUS_TYPE_SIGNATURE, &signature) &&
+          strcmp (signature, "u") == 0 && body_len == 4 &&
+          member->fenced && member->state == STATE_MEMBER &&
+          _dbus_unpack_uint32 (byte_order,
+                               (const unsigned char *)
+                               _dbus_string_get_const_data_len (&message, header_len, 4))
+          == member->fence_serial)
+        {
+          _dbus_verbose ("dbus-mcast: fence down after serial %u\n",
+                         member->fence_serial);
+          member->fenced = FALSE;
+        }
+      return DBUS_MCAST_DROP;
+    }
+
+  if ((type == DBUS_MESSAGE_TYPE_METHOD_RETURN || type == DBUS_MESSAGE_TYPE_ERROR) &&
+      _dbus_header_get_field_basic (&member->scratch, DBUS_HEADER_FIELD_REPLY_SERIAL,
+                                    DBUS_TYPE_UINT32, &reply_serial))
+    {
+      if (member->state == STATE_HELLO_SENT && reply_serial == member->hello_serial)
+        return hello_answered (member, type, &message, byte_order, header_len);
+
+      if (member->state == STATE_MEMBER)
+        answer_call (member, reply_serial, sender, TRUE,
+                     type == DBUS_MESSAGE_TYPE_METHOD_RETURN);
+    }
+
+  return DBUS_MCAST_KEEP;
+}
+
+static dbus_bool_t
+matches_a_rule (DBusMcastMember *member,
+                DBusMessage     *message)
+{
+  DBusList *link;
+
+  for (link = _dbus_list_get_first_link (&member->rules);
+       link != NULL;
+       link = _dbus_list_get_next_link (&member->rules, link))
+    {
+      if (_dbus_match_rule_matches (link->data, message, member->name))
+        return TRUE;
+    }
+
+  return FALSE;
+}
+
+/* The checks of doc/design.md "What a member's libdbus checks", on a
+ * valid message whose SENDER was verified. */
+static dbus_bool_t
+accept_from_peer (DBusMcastMember *member,
+                  DBusMessage     *message)
+{
+  int type = dbus_message_get_type (message);
+  dbus_bool_t is_reply = type == DBUS_MESSAGE_TYPE_METHOD_RETURN ||
+                         type == DBUS_MESSAGE_TYPE_ERROR;
+  const char *destination = dbus_message_get_destination (message);
+
+  /* A monitor sees all the traffic, as on a stock bus */
+  if (member->monitor)
+    return TRUE;
+
+  if (destination != NULL && strcmp (destination, member->name) == 0)
+    {
+      /* For us: replies only to calls we made, from whom we asked */
+      if (is_reply)
+        return answer_call (member, dbus_message_get_reply_serial (message),
+                            dbus_message_get_sender (message), FALSE,
+                            type == DBUS_MESSAGE_TYPE_METHOD_RETURN);
+      return TRUE;
+    }
+
+  /* A well-known name: the peer filter holds the names we own */
+  if (destination != NULL && !is_reply && destination[0] != ':' &&
+      strcmp (destination, DBUS_SERVICE_DBUS) != 0)
+    return TRUE;
+
+  /* A broadcast, or unicast for someone else: only what our rules ask
+   * for (eavesdropping rules for the latter) */
+  return matches_a_rule (member, message);
+}
+
+/**
+ * Checks a packet from another member of the group (sender id not 0),
+ * which is not trusted: exactly one valid message in host byte order,
+ * SENDER the unique name of sender_id (":MAJOR.MINOR" for MAJOR << 32 |
+ * MINOR), then accept_from_peer().
+ *
+ * @param member the state
+ * @param sender_id the kernel's id of the sender
+ * @param data the buffer holding the packet
+ * @param start where it starts
+ * @param len its length
+ * @returns what to do with it
+ */
+DBusMcastVerdict
+_dbus_mcast_member_from_peer (DBusMcastMember  *member,
+                              dbus_uint64_t     sender_id,
+                              const DBusString *data,
+                              int               start,
+                              int               len)
+{
+  const char *packet = _dbus_string_get_const_data_len (data, start, len);
+  DBusError error = DBUS_ERROR_INIT;
+  DBusMessage *message;
+  const char *sender;
+  char name[32];
+  dbus_bool_t accepted;
+
+  if (member->state == STATE_HELLO_SENT)
+    return DBUS_MCAST_DEFER; /* admitted, but we do not know our name yet */
+
+  if (member->state != STATE_MEMBER)
+    {
+      _dbus_verbose ("dbus-mcast: dropping a group packet, not a member\n");
+      return DBUS_MCAST_DROP;
+    }
+
+  if (packet[0] != DBUS_COMPILER_BYTE_ORDER ||
+      dbus_message_demarshal_bytes_needed (packet, len) != len)
+    {
+      _dbus_verbose ("dbus-mcast: dropping a malformed packet from id %" DBUS_INT64_MODIFIER "x\n",
+                     sender_id);
+      return DBUS_MCAST_DROP;
+    }
+
+  message = dbus_message_demarshal (packet, len, &error);
+  if (message == NULL)
+    {
+      dbus_bool_t oom = dbus_error_has_name (&error, DBUS_ERROR_NO_MEMORY);
+
+      _dbus_verbose ("dbus-mcast: dropping an invalid message from id %" DBUS_INT64_MODIFIER "x: %s\n",
+                     sender_id, error.message);
+      dbus_error_free (&error);
+      return oom ? DBUS_MCAST_NO_MEMORY : DBUS_MCAST_DROP;
+    }
+
+  snprintf (name, sizeof (name), ":%u.%u",
+            (unsigned int) (sender_id >> 32),
+            (unsigned int) (sender_id & 0xffffffffu));
+  sender = dbus_message_get_sender (message);
+
+  if (sender == NULL || strcmp (sender, name) != 0)
+    {
+      _dbus_verbose ("dbus-mcast: dropping a message from %s claiming to be from %s\n",
+                     name, sender != NULL ? sender : "(nobody)");
+      accepted = FALSE;
+    }
+  else
+    {
+      accepted = accept_from_peer (member, message);
+      if (!accepted)
+        _dbus_verbose ("dbus-mcast: dropping an unsolicited message from %s\n",
+                       name);
+    }
+
+  dbus_message_unref (message);
+  return accepted ? DBUS_MCAST_KEEP : DBUS_MCAST_DROP;
+}

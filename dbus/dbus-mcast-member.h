@@ -1,0 +1,77 @@
+/* -*- mode: C; c-file-style: "gnu"; indent-tabs-mode: nil; -*- */
+/* dbus-mcast-member.h  What a member of a dbus-mcast multicast bus does
+ *
+ * What this module is for: the client side of the promotion protocol of
+ * doc/design.md, for one connection that negotiated multicast
+ * (NEGOTIATE_MULTICAST / AGREE_MULTICAST).  It decides; the packet I/O
+ * (dbus-seqpacket-io.c) moves the bytes and asks it:
+ *
+ *  - before sending each message: the first one must be Hello, and
+ *    nothing is written after it until its reply has been read (the Hello
+ *    fence); once a member, the connection's unique name goes into SENDER,
+ *    messages with unix fds or longer than one packet go to the daemon
+ *    alone (MSG_DONTROUTE), and nothing is written after such a message
+ *    until the daemon's org.freedesktop.DBus.Mcast.Routed signal for it
+ *    has been read (the fence), so per-sender order holds across both
+ *    paths;
+ *  - for each message from the daemon (kernel sender id 0, trusted): the
+ *    Hello reply makes the connection a member and gives its unique name,
+ *    the Routed signal lifts the fence and is consumed, replies complete
+ *    the calls and AddMatch/RemoveMatch calls they answer;
+ *  - for each packet from another member (any other sender id, untrusted;
+ *    one that arrives before the Hello reply, which the daemon sends after
+ *    admitting us, is looked at after it):
+ *    it must hold exactly one valid message in host byte order whose
+ *    SENDER is the name that belongs to the id, replies must answer a call
+ *    this connection made, and anything not addressed to this connection
+ *    must match one of its match rules (dbus-match-rule.h); otherwise the
+ *    packet is dropped and nobody is disconnected.
+ *
+ * Copyright (C) 2026 dbus-mcast contributors
+ * Licensed under the Academic Free License version 2.1 or the GNU General
+ * Public License version 2 or later, like the rest of libdbus.
+ */
+#ifndef DBUS_MCAST_MEMBER_H
+#define DBUS_MCAST_MEMBER_H
+
+#include <dbus/dbus-internals.h>
+#include <dbus/dbus-message.h>
+#include <dbus/dbus-string.h>
+
+DBUS_BEGIN_DECLS
+
+typedef struct DBusMcastMember DBusMcastMember;
+
+/** What to do with a received message */
+typedef enum
+{
+  DBUS_MCAST_KEEP,     /**< hand it to the message loader */
+  DBUS_MCAST_DROP,     /**< throw it away (consumed, or refused) */
+  DBUS_MCAST_DEFER,    /**< too early: ask again once the Hello reply was
+                        *   read */
+  DBUS_MCAST_NO_MEMORY /**< could not decide for lack of memory */
+} DBusMcastVerdict;
+
+DBusMcastMember *_dbus_mcast_member_new  (void);
+void             _dbus_mcast_member_free (DBusMcastMember *member);
+
+dbus_bool_t _dbus_mcast_member_may_write  (DBusMcastMember *member);
+dbus_bool_t _dbus_mcast_member_waits_for_hello (DBusMcastMember *member);
+dbus_bool_t _dbus_mcast_member_prepare    (DBusMcastMember *member,
+                                           DBusMessage     *message);
+int         _dbus_mcast_member_send_flags (DBusMcastMember *member);
+void        _dbus_mcast_member_sent       (DBusMcastMember *member);
+
+DBusMcastVerdict _dbus_mcast_member_from_daemon (DBusMcastMember  *member,
+                                                 const DBusString *data,
+                                                 int               start,
+                                                 int               len);
+DBusMcastVerdict _dbus_mcast_member_from_peer   (DBusMcastMember  *member,
+                                                 dbus_uint64_t     sender_id,
+                                                 const DBusString *data,
+                                                 int               start,
+                                                 int               len);
+
+DBUS_END_DECLS
+
+#endif /* DBUS_MCAST_MEMBER_H */

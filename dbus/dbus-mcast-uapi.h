@@ -1,0 +1,34 @@
+/* -*- mode: C; c-file-style: "gnu"; indent-tabs-mode: nil; -*- */
+/* dbus-mcast-uapi.h  The kernel's multicast AF_UNIX interface, if built with it
+ *
+ * What this module is for: one place that includes the multicast UAPI of
+ * the patched kernel (<linux/un.h>: SOL_UNIX, UNIX_CREATE_GROUP,
+ * UNIX_PASSID, SCM_UNIX_SENDER_ID, struct unix_mreq) and tells the rest of
+ * libdbus whether it is there.  The kernel header is the single source of
+ * truth for the numbers; libdbus keeps no copy of them.  tools/build-dbus
+ * puts the patched kernel's exported headers (build/kernel-headers) on the
+ * include path; built against a <linux/un.h> without the multicast UAPI
+ * (a stock distribution header), DBUS_HAVE_MCAST_UAPI stays undefined and
+ * the multicast code is compiled out: unixseq: then always behaves as a
+ * classic transport, as it does at run time on a kernel without the
+ * feature.
+ *
+ * Copyright (C) 2026 dbus-mcast contributors
+ * Licensed under the Academic Free License version 2.1 or the GNU General
+ * Public License version 2 or later, like the rest of libdbus.
+ */
+#ifndef DBUS_MCAST_UAPI_H
+#define DBUS_MCAST_UAPI_H
+
+/* glibc's <sys/un.h> must come first: <linux/un.h> then leaves struct
+ * sockaddr_un to it (<linux/libc-compat.h>). */
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <linux/un.h>
+
+#if defined (SOL_UNIX) && defined (UNIX_CREATE_GROUP) && \
+    defined (UNIX_PASSID) && defined (SCM_UNIX_SENDER_ID)
+#define DBUS_HAVE_MCAST_UAPI 1
+#endif
+
+#endif /* DBUS_MCAST_UAPI_H */

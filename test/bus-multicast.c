@@ -1,0 +1,2246 @@
+/* test/bus-multicast.c  The multicast bus as its clients see it: promotion,
+ * routing between members and classic clients, the semantics of a stock
+ * bus, and what a misbehaving member cannot do.
+ *
+ * Runs against the buses test/bus/run-bus-vm starts (in the VM with the
+ * patched kernel, and on the host with a stock kernel, where the same
+ * tests exercise the classic path):
+ *
+ *   DBUS_SESSION_BUS_ADDRESS               the test bus: "unixseq:...;unix:..."
+ *   DBUS_MCAST_TEST_RESTRICTED_ADDRESS     a bus whose policy has a deny rule
+ *   DBUS_MCAST_TEST_ACTIVATABLE            a name its servicedir can activate
+ *   DBUS_MCAST_STAGE                       the staged dbus (for dbus-monitor)
+ *
+ * Three kinds of client take part:
+ *
+ *   member   this fork's libdbus on the unixseq: address: promoted into
+ *            the kernel group when the kernel and the bus allow it;
+ *   classic  this fork's libdbus on the unix: address (stock protocol);
+ *   gdbus    GDBus on the unix: address.
+ *
+ * Every test is single-threaded: a client sends without blocking and the
+ * test then reads, as the receiving client, what arrived, so both ends of
+ * an exchange are observed by one thread.  GDBus delivers what its worker
+ * thread receives through a filter into a queue, converted to a
+ * DBusMessage, so every assertion works on one message type.  Tests about
+ * multicast internals (promotion, the daemon's counters) skip on a kernel
+ * without the multicast AF_UNIX feature; everything else must hold on
+ * either path.
+ *
+ * Copyright (C) 2026 dbus-mcast contributors
+ * SPDX-License-Identifier: AFL-2.1 OR GPL-2.0-or-later
+ */
+
+#include <dbus/dbus.h>
+#include <gio/gio.h>
+#include <glib.h>
+
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/types.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <unistd.h>
+/* After <sys/un.h>: the multicast UAPI of the patched kernel's headers */
+#include <linux/filter.h>
+#include <linux/un.h>
+
+#ifndef UNIX_PEER_FILTER
+#error "compile with the patched kernel's UAPI headers (-isystem build/kernel-headers/include)"
+#endif
+
+/* Generous even under TCG; short enough that a suite with many lost
+ * messages still ends within vm-run's timeout */
+#define TIMEOUT_US (20 * G_USEC_PER_SEC)
+#define TEST_IFACE "org.dbusmcast.BusTest"
+#define OTHER_IFACE "org.dbusmcast.BusTest.Other"
+#define TEST_PATH "/org/dbusmcast/BusTest"
+#define TEST_ERROR "org.dbusmcast.BusTest.Error.Failed"
+/* Must match the <deny> rule run-bus-vm writes into the restricted bus */
+#define DENIED_IFACE "org.dbusmcast.BusTest.Denied"
+/* Must match DBUS_SEQPACKET_FRAGMENT_SIZE in dbus/dbus-seqpacket-io.h */
+#define FRAGMENT_SIZE 65536
+
+static const gchar *bus_address;
+static const gchar *restricted_address;
+static const gchar *activatable_name;
+
+static void
+assert_no_dbus_error (DBusError *error)
+{
+  if (dbus_error_is_set (error))
+    g_error ("unexpected D-Bus error %s: %s", error->name, error->message);
+}
+
+/* The entries of a bus address list with the given transport */
+static gchar *
+address_entry (const gchar *address,
+               const gchar *prefix)
+{
+  gchar **entries = g_strsplit (address, ";", -1);
+  gchar *found = NULL;
+  guint i;
+
+  for (i = 0; entries[i] != NULL && found == NULL; i++)
+    if (g_str_has_prefix (entries[i], prefix))
+      found = g_strdup (entries[i]);
+  g_strfreev (entries);
+  if (found == NULL)
+    g_error ("no %s entry in the bus address %s", prefix, address);
+  return found;
+}
+
+/* ---- the three kinds of client ----------------------------------------- */
+
+typedef enum
+{
+  PEER_MEMBER,
+  PEER_CLASSIC,
+  PEER_GDBUS
+} PeerKind;
+
+typedef struct
+{
+  PeerKind kind;
+  DBusConnection *dc;           /* member, classic */
+  GDBusConnection *gc;          /* gdbus */
+  guint filter_id;
+  GAsyncQueue *queue;           /* gdbus: DBusMessage * from the filter */
+  GQueue stash;                 /* received, passed over by peer_wait() */
+  gchar *name;                  /* unique name */
+} Peer;
+
+static PeerKind
+peer_kind_from_string (const gchar *s)
+{
+  if (strcmp (s, "member") == 0)
+    return PEER_MEMBER;
+  if (strcmp (s, "classic") == 0)
+    return PEER_CLASSIC;
+  if (strcmp (s, "gdbus") == 0)
+    return PEER_GDBUS;
+  g_error ("unknown client kind %s", s);
+}
+
+/* GDBus's worker thread: queue a copy of every incoming message; keep
+ * method calls from GDBus (it would answer them itself) */
+static GDBusMessage *
+gdbus_filter (GDBusConnection *connection,
+              GDBusMessage    *message,
+              gboolean         incoming,
+              gpointer         user_data)
+{
+  Peer *p = user_data;
+  GError *error = NULL;
+  DBusError derror = DBUS_ERROR_INIT;
+  guchar *blob;
+  gsize size;
+  DBusMessage *copy;
+
+  if (!incoming)
+    return message;
+  blob = g_dbus_message_to_blob (message, &size, G_DBUS_CAPABILITY_FLAGS_NONE, &error);
+  g_assert_no_error (error);
+  copy = dbus_message_demarshal ((const char *) blob, size, &derror);
+  assert_no_dbus_error (&derror);
+  g_free (blob);
+  g_async_queue_push (p->queue, copy);
+  if (g_dbus_message_get_message_type (message) == G_DBUS_MESSAGE_TYPE_METHOD_CALL)
+    {
+      g_object_unref (message);
+      return NULL;
+    }
+  return message;
+}
+
+static DBusConnection *
+libdbus_connect (const gchar *address)
+{
+  DBusError error = DBUS_ERROR_INIT;
+  DBusConnection *c;
+
+  c = dbus_connection_open_private (address, &error);
+  assert_no_dbus_error (&error);
+  dbus_connection_set_exit_on_disconnect (c, FALSE);
+  dbus_connection_set_max_received_size (c, 1000000000);
+  dbus_connection_set_max_message_size (c, 1000000000);
+  g_assert_true (dbus_bus_register (c, &error));
+  assert_no_dbus_error (&error);
+  return c;
+}
+
+/* A client of the given kind on the bus at address (the unixseq: entry
+ * for a member, the unix: entry for the others) */
+static Peer *
+peer_new_on (PeerKind     kind,
+             const gchar *address)
+{
+  Peer *p = g_new0 (Peer, 1);
+  gchar *entry = address_entry (address, kind == PEER_MEMBER ? "unixseq:" : "unix:");
+  GError *error = NULL;
+
+  p->kind = kind;
+  if (kind == PEER_GDBUS)
+    {
+      p->queue = g_async_queue_new_full ((GDestroyNotify) dbus_message_unref);
+      p->gc = g_dbus_connection_new_for_address_sync (entry,
+          G_DBUS_CONNECTION_FLAGS_AUTHENTICATION_CLIENT |
+          G_DBUS_CONNECTION_FLAGS_MESSAGE_BUS_CONNECTION, NULL, NULL, &error);
+      g_assert_no_error (error);
+      g_dbus_connection_set_exit_on_close (p->gc, FALSE);
+      p->filter_id = g_dbus_connection_add_filter (p->gc, gdbus_filter, p, NULL);
+      p->name = g_strdup (g_dbus_connection_get_unique_name (p->gc));
+    }
+  else
+    {
+      p->dc = libdbus_connect (entry);
+      p->name = g_strdup (dbus_bus_get_unique_name (p->dc));
+    }
+  g_free (entry);
+  return p;
+}
+
+static Peer *
+peer_new (PeerKind kind)
+{
+  return peer_new_on (kind, bus_address);
+}
+
+static void
+peer_free (Peer *p)
+{
+  if (p->gc != NULL)
+    {
+      g_dbus_connection_remove_filter (p->gc, p->filter_id);
+      g_dbus_connection_close_sync (p->gc, NULL, NULL);
+      g_object_unref (p->gc);
+      g_async_queue_unref (p->queue);
+    }
+  else
+    {
+      dbus_connection_close (p->dc);
+      dbus_connection_unref (p->dc);
+    }
+  g_queue_clear_full (&p->stash, (GDestroyNotify) dbus_message_unref);
+  g_free (p->name);
+  g_free (p);
+}
+
+static gboolean
+peer_is_connected (Peer *p)
+{
+  if (p->gc != NULL)
+    return !g_dbus_connection_is_closed (p->gc);
+  return dbus_connection_get_is_connected (p->dc);
+}
+
+/* Writes everything libdbus still queues for c, within the timeout */
+static void
+libdbus_flush (DBusConnection *c)
+{
+  gint64 deadline = g_get_monotonic_time () + TIMEOUT_US;
+
+  while (dbus_connection_has_messages_to_send (c))
+    {
+      g_assert_true (dbus_connection_read_write (c, 100));
+      if (g_get_monotonic_time () > deadline)
+        g_error ("could not send within %d s", (int) (TIMEOUT_US / G_USEC_PER_SEC));
+    }
+}
+
+/* Sends m (its serial is assigned here) and writes it out; returns the
+ * serial */
+static dbus_uint32_t
+peer_send (Peer        *p,
+           DBusMessage *m)
+{
+  dbus_uint32_t serial = 0;
+
+  if (p->gc != NULL)
+    {
+      GError *error = NULL;
+      GDBusMessage *gm;
+      char *bytes = NULL;
+      int len = 0;
+
+      dbus_message_set_serial (m, 1);
+      g_assert_true (dbus_message_marshal (m, &bytes, &len));
+      gm = g_dbus_message_new_from_blob ((guchar *) bytes, len,
+                                         G_DBUS_CAPABILITY_FLAGS_NONE, &error);
+      g_assert_no_error (error);
+      dbus_free (bytes);
+      g_dbus_connection_send_message (p->gc, gm, G_DBUS_SEND_MESSAGE_FLAGS_NONE,
+                                      &serial, &error);
+      g_assert_no_error (error);
+      g_dbus_connection_flush_sync (p->gc, NULL, &error);
+      g_assert_no_error (error);
+      g_object_unref (gm);
+    }
+  else
+    {
+      g_assert_true (dbus_connection_send (p->dc, m, &serial));
+      libdbus_flush (p->dc);
+    }
+  return serial;
+}
+
+/* The next message from p's connection, or NULL if none came within
+ * timeout_ms */
+static DBusMessage *
+peer_receive (Peer *p,
+              int   timeout_ms)
+{
+  DBusMessage *m;
+
+  if (p->gc != NULL)
+    return g_async_queue_timeout_pop (p->queue, (guint64) timeout_ms * 1000);
+
+  m = dbus_connection_pop_message (p->dc);
+  if (m == NULL)
+    {
+      dbus_connection_read_write (p->dc, timeout_ms);
+      m = dbus_connection_pop_message (p->dc);
+    }
+  return m;
+}
+
+/* The next message p received (passed over by peer_wait() or new), or
+ * NULL if none came within timeout_ms */
+static DBusMessage *
+peer_pop (Peer *p,
+          int   timeout_ms)
+{
+  if (!g_queue_is_empty (&p->stash))
+    return g_queue_pop_head (&p->stash);
+  return peer_receive (p, timeout_ms);
+}
+
+typedef gboolean (*MessagePredicate) (DBusMessage *m, gconstpointer data);
+
+/* The first message p received that matches pred, waiting for it if
+ * needed; the others stay in order for later peer_wait()s and peer_pop()s */
+static DBusMessage *
+peer_wait (Peer             *p,
+           MessagePredicate  pred,
+           gconstpointer     data)
+{
+  gint64 deadline = g_get_monotonic_time () + TIMEOUT_US;
+  GList *l;
+
+  for (l = p->stash.head; l != NULL; l = l->next)
+    if (pred (l->data, data))
+      {
+        DBusMessage *m = l->data;
+
+        g_queue_delete_link (&p->stash, l);
+        return m;
+      }
+
+  while (TRUE)
+    {
+      DBusMessage *m = peer_receive (p, 100);
+
+      if (m != NULL)
+        {
+          if (pred (m, data))
+            return m;
+          g_queue_push_tail (&p->stash, m);
+        }
+      if (g_get_monotonic_time () > deadline)
+        g_error ("%s timed out waiting for a message", p->name);
+      g_assert_true (peer_is_connected (p));
+    }
+}
+
+/* Reads what has arrived for p so far, without waiting, into its stash,
+ * as a client reading its socket while it sends does */
+static void
+peer_stash_arrived (Peer *p)
+{
+  DBusMessage *m;
+
+  while ((m = peer_receive (p, 0)) != NULL)
+    g_queue_push_tail (&p->stash, m);
+}
+
+static gboolean
+is_reply_to (DBusMessage *m, gconstpointer serial)
+{
+  return dbus_message_get_reply_serial (m) == GPOINTER_TO_UINT (serial);
+}
+
+static gboolean
+is_test_call (DBusMessage *m, gconstpointer data)
+{
+  return dbus_message_get_type (m) == DBUS_MESSAGE_TYPE_METHOD_CALL &&
+      dbus_message_has_path (m, TEST_PATH);
+}
+
+/* A message of the test (not from the bus driver), on any interface */
+static gboolean
+is_from_test (DBusMessage *m, gconstpointer data)
+{
+  return g_strcmp0 (dbus_message_get_sender (m), DBUS_SERVICE_DBUS) != 0 &&
+      dbus_message_get_interface (m) != NULL &&
+      g_str_has_prefix (dbus_message_get_interface (m), TEST_IFACE);
+}
+
+static gboolean
+is_signal_named (DBusMessage *m, gconstpointer member)
+{
+  return dbus_message_is_signal (m, TEST_IFACE, member);
+}
+
+/* Sends call from p and returns the reply or error */
+static DBusMessage *
+peer_call (Peer        *p,
+           DBusMessage *call)
+{
+  dbus_uint32_t serial = peer_send (p, call);
+
+  return peer_wait (p, is_reply_to, GUINT_TO_POINTER (serial));
+}
+
+/* Calls a method of the bus driver (path, interface) and returns its
+ * method reply; an error reply fails the test */
+static DBusMessage *
+driver_call (Peer        *p,
+             const gchar *interface,
+             const gchar *member,
+             int          first_arg_type,
+             ...)
+{
+  DBusMessage *call = dbus_message_new_method_call (DBUS_SERVICE_DBUS, DBUS_PATH_DBUS,
+                                                    interface, member);
+  DBusMessage *reply;
+  va_list ap;
+
+  va_start (ap, first_arg_type);
+  g_assert_true (dbus_message_append_args_valist (call, first_arg_type, ap));
+  va_end (ap);
+  reply = peer_call (p, call);
+  dbus_message_unref (call);
+  if (dbus_message_get_type (reply) == DBUS_MESSAGE_TYPE_ERROR)
+    {
+      const char *text = "";
+
+      dbus_message_get_args (reply, NULL, DBUS_TYPE_STRING, &text, DBUS_TYPE_INVALID);
+      g_error ("%s.%s: %s: %s", interface, member, dbus_message_get_error_name (reply), text);
+    }
+  g_assert_cmpstr (dbus_message_get_sender (reply), ==, DBUS_SERVICE_DBUS);
+  return reply;
+}
+
+static void
+peer_add_match (Peer        *p,
+                const gchar *rule)
+{
+  dbus_message_unref (driver_call (p, DBUS_INTERFACE_DBUS, "AddMatch",
+                                   DBUS_TYPE_STRING, &rule, DBUS_TYPE_INVALID));
+}
+
+/* A round trip through the bus driver: when it returns, the daemon has
+ * handled everything p sent before */
+static void
+peer_sync (Peer *p)
+{
+  dbus_message_unref (driver_call (p, DBUS_INTERFACE_DBUS, "GetId", DBUS_TYPE_INVALID));
+}
+
+/* ---- the daemon's statistics and the kernel feature ---------------------- */
+
+/* Whether the running kernel has multicast AF_UNIX (what libdbus checks
+ * before it asks for promotion) */
+static gboolean
+kernel_has_multicast (void)
+{
+  int fd = socket (AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+  int value = 0;
+  socklen_t len = sizeof (value);
+  gboolean ok;
+
+  g_assert_cmpint (fd, >=, 0);
+  ok = getsockopt (fd, SOL_UNIX, UNIX_PASSID, &value, &len) == 0;
+  close (fd);
+  return ok;
+}
+
+/* For tests of multicast internals: skip on a stock kernel */
+static gboolean
+skip_unless_multicast (void)
+{
+  if (kernel_has_multicast ())
+    return FALSE;
+  g_test_skip ("the kernel has no multicast AF_UNIX: the bus is classic");
+  return TRUE;
+}
+
+/* A counter from org.freedesktop.DBus.Debug.Stats.GetStats; fails the
+ * test if the daemon does not report it */
+static guint64
+get_stat (Peer        *p,
+          const gchar *key)
+{
+  DBusMessage *reply = driver_call (p, "org.freedesktop.DBus.Debug.Stats", "GetStats",
+                                    DBUS_TYPE_INVALID);
+  DBusMessageIter dict, entry, variant;
+  gboolean found = FALSE;
+  guint64 value = 0;
+
+  g_assert_true (dbus_message_iter_init (reply, &dict));
+  g_assert_cmpint (dbus_message_iter_get_arg_type (&dict), ==, DBUS_TYPE_ARRAY);
+  for (dbus_message_iter_recurse (&dict, &entry);
+       dbus_message_iter_get_arg_type (&entry) == DBUS_TYPE_DICT_ENTRY;
+       dbus_message_iter_next (&entry))
+    {
+      DBusMessageIter kv;
+      const char *k;
+      DBusBasicValue v;
+
+      dbus_message_iter_recurse (&entry, &kv);
+      dbus_message_iter_get_basic (&kv, &k);
+      if (strcmp (k, key) != 0)
+        continue;
+      dbus_message_iter_next (&kv);
+      dbus_message_iter_recurse (&kv, &variant);
+      dbus_message_iter_get_basic (&variant, &v);
+      switch (dbus_message_iter_get_arg_type (&variant))
+        {
+        case DBUS_TYPE_UINT32: value = v.u32; break;
+        case DBUS_TYPE_INT32: value = v.i32; break;
+        case DBUS_TYPE_UINT64: value = v.u64; break;
+        case DBUS_TYPE_INT64: value = v.i64; break;
+        default: g_error ("GetStats: %s is not an integer", key);
+        }
+      found = TRUE;
+    }
+  dbus_message_unref (reply);
+  if (!found)
+    g_error ("GetStats has no %s: the daemon reports no multicast statistics", key);
+  return value;
+}
+
+/* Waits until the stat reaches expected (the daemon counts a member that
+ * left when it has noticed the hang-up) */
+static void
+wait_for_stat (Peer        *p,
+               const gchar *key,
+               guint64      expected)
+{
+  gint64 deadline = g_get_monotonic_time () + TIMEOUT_US;
+  guint64 v;
+
+  while ((v = get_stat (p, key)) != expected)
+    {
+      if (g_get_monotonic_time () > deadline)
+        g_error ("GetStats %s stayed %" G_GUINT64_FORMAT ", expected %" G_GUINT64_FORMAT,
+                 key, v, expected);
+      g_usleep (10000);
+    }
+}
+
+/* ---- messages ------------------------------------------------------------ */
+
+static DBusMessage *
+new_call (const gchar *destination,
+          const gchar *member,
+          const gchar *text)
+{
+  DBusMessage *m = dbus_message_new_method_call (destination, TEST_PATH, TEST_IFACE, member);
+
+  if (text != NULL)
+    g_assert_true (dbus_message_append_args (m, DBUS_TYPE_STRING, &text, DBUS_TYPE_INVALID));
+  return m;
+}
+
+static DBusMessage *
+new_signal (const gchar   *path,
+            const gchar   *interface,
+            const gchar   *member,
+            const gchar   *arg0,
+            dbus_uint32_t  seq)
+{
+  DBusMessage *m = dbus_message_new_signal (path, interface, member);
+
+  g_assert_true (dbus_message_append_args (m, DBUS_TYPE_STRING, &arg0,
+                                           DBUS_TYPE_UINT32, &seq, DBUS_TYPE_INVALID));
+  return m;
+}
+
+static dbus_uint32_t
+signal_seq (DBusMessage *m)
+{
+  const char *arg0;
+  dbus_uint32_t seq = 0;
+
+  g_assert_true (dbus_message_get_args (m, NULL, DBUS_TYPE_STRING, &arg0,
+                                        DBUS_TYPE_UINT32, &seq, DBUS_TYPE_INVALID));
+  return seq;
+}
+
+/* server answers the next test call it receives: Echo(s) returns s, Fail
+ * returns TEST_ERROR, anything else UnknownMethod.  Returns the call. */
+static DBusMessage *
+serve_one (Peer *server)
+{
+  DBusMessage *call = peer_wait (server, is_test_call, NULL);
+  DBusMessage *reply;
+
+  if (dbus_message_is_method_call (call, TEST_IFACE, "Echo"))
+    {
+      const char *text = NULL;
+
+      g_assert_true (dbus_message_get_args (call, NULL, DBUS_TYPE_STRING, &text,
+                                            DBUS_TYPE_INVALID));
+      reply = dbus_message_new_method_return (call);
+      g_assert_true (dbus_message_append_args (reply, DBUS_TYPE_STRING, &text,
+                                               DBUS_TYPE_INVALID));
+    }
+  else if (dbus_message_is_method_call (call, TEST_IFACE, "Fail"))
+    reply = dbus_message_new_error (call, TEST_ERROR, "failed as asked");
+  else
+    reply = dbus_message_new_error (call, DBUS_ERROR_UNKNOWN_METHOD, "no such method");
+  peer_send (server, reply);
+  dbus_message_unref (reply);
+  return call;
+}
+
+/* caller calls member on destination, which server owns; checks what the
+ * server got and returns the reply */
+static DBusMessage *
+call_served (Peer        *caller,
+             Peer        *server,
+             const gchar *destination,
+             const gchar *member,
+             const gchar *text)
+{
+  DBusMessage *call = new_call (destination, member, text);
+  dbus_uint32_t serial = peer_send (caller, call);
+  DBusMessage *got = serve_one (server);
+  DBusMessage *reply;
+
+  g_assert_cmpstr (dbus_message_get_member (got), ==, member);
+  g_assert_cmpstr (dbus_message_get_sender (got), ==, caller->name);
+  g_assert_cmpstr (dbus_message_get_destination (got), ==, destination);
+  g_assert_cmpuint (dbus_message_get_serial (got), ==, serial);
+  dbus_message_unref (got);
+  dbus_message_unref (call);
+  reply = peer_wait (caller, is_reply_to, GUINT_TO_POINTER (serial));
+  g_assert_cmpstr (dbus_message_get_sender (reply), ==, server->name);
+  g_assert_cmpstr (dbus_message_get_destination (reply), ==, caller->name);
+  return reply;
+}
+
+static void
+assert_echo (DBusMessage *reply,
+             const gchar *text)
+{
+  const char *got = NULL;
+
+  g_assert_cmpint (dbus_message_get_type (reply), ==, DBUS_MESSAGE_TYPE_METHOD_RETURN);
+  g_assert_true (dbus_message_get_args (reply, NULL, DBUS_TYPE_STRING, &got,
+                                        DBUS_TYPE_INVALID));
+  g_assert_cmpstr (got, ==, text);
+}
+
+/* A method call and its reply from caller to server by unique name */
+static void
+echo_roundtrip (Peer        *caller,
+                Peer        *server,
+                const gchar *text)
+{
+  DBusMessage *reply = call_served (caller, server, server->name, "Echo", text);
+
+  assert_echo (reply, text);
+  dbus_message_unref (reply);
+}
+
+/* Checks that p received no message of the test so far: sender sends p a
+ * unicast signal "Fence" and p must see it first (per-sender order) */
+static void
+assert_nothing_before_fence (Peer *sender,
+                             Peer *p)
+{
+  DBusMessage *fence = new_signal (TEST_PATH, TEST_IFACE, "Fence", "", 0);
+  DBusMessage *m;
+
+  dbus_message_set_destination (fence, p->name);
+  peer_send (sender, fence);
+  dbus_message_unref (fence);
+  m = peer_wait (p, is_from_test, NULL);
+  if (!dbus_message_is_signal (m, TEST_IFACE, "Fence"))
+    g_error ("%s received %s %s.%s from %s, which was not for it", p->name,
+             dbus_message_type_to_string (dbus_message_get_type (m)),
+             dbus_message_get_interface (m), dbus_message_get_member (m),
+             dbus_message_get_sender (m));
+  g_assert_cmpstr (dbus_message_get_sender (m), ==, sender->name);
+  dbus_message_unref (m);
+}
+
+/* ---- parameters ----------------------------------------------------------- */
+
+/* "member-gdbus" -> kinds[0..n-1] */
+static guint
+parse_kinds (gconstpointer  data,
+             PeerKind      *kinds,
+             guint          max)
+{
+  gchar **parts = g_strsplit (data, "-", -1);
+  guint n;
+
+  for (n = 0; parts[n] != NULL; n++)
+    {
+      g_assert_cmpuint (n, <, max);
+      kinds[n] = peer_kind_from_string (parts[n]);
+    }
+  g_strfreev (parts);
+  return n;
+}
+
+/* ---- promotion ------------------------------------------------------------ */
+
+/* A libdbus client on unixseq: becomes a member; leaving ends membership */
+static void
+test_promotion_member (gconstpointer data)
+{
+  Peer *observer;
+  Peer *member;
+  guint64 before;
+
+  if (skip_unless_multicast ())
+    return;
+  observer = peer_new (PEER_GDBUS);
+  before = get_stat (observer, "MulticastMembers");
+  member = peer_new (PEER_MEMBER);
+  g_assert_cmpuint (get_stat (observer, "MulticastMembers"), ==, before + 1);
+  /* the member's own view agrees */
+  g_assert_cmpuint (get_stat (member, "MulticastMembers"), ==, before + 1);
+  peer_free (member);
+  wait_for_stat (observer, "MulticastMembers", before);
+  peer_free (observer);
+}
+
+/* GDBus and libdbus on unix: stay classic */
+static void
+test_promotion_classic (gconstpointer data)
+{
+  Peer *observer;
+  Peer *gdbus;
+  Peer *classic;
+  guint64 before;
+
+  if (skip_unless_multicast ())
+    return;
+  observer = peer_new (PEER_MEMBER);
+  before = get_stat (observer, "MulticastMembers");
+  gdbus = peer_new (PEER_GDBUS);
+  classic = peer_new (PEER_CLASSIC);
+  echo_roundtrip (gdbus, classic, "classic");
+  g_assert_cmpuint (get_stat (observer, "MulticastMembers"), ==, before);
+  peer_free (gdbus);
+  peer_free (classic);
+  peer_free (observer);
+}
+
+/* ---- member traffic bypasses the daemon ------------------------------------ */
+
+#define BYPASS_CALLS 1000
+
+static void
+test_bypass (gconstpointer data)
+{
+  Peer *a, *b;
+  guint64 dispatched, copies, straight;
+  guint i;
+
+  if (skip_unless_multicast ())
+    return;
+  a = peer_new (PEER_MEMBER);
+  b = peer_new (PEER_MEMBER);
+  dispatched = get_stat (a, "MessagesDispatched");
+  copies = get_stat (a, "MulticastCopiesDispatched");
+  straight = get_stat (a, "MulticastStraightDispatched");
+
+  for (i = 0; i < BYPASS_CALLS; i++)
+    echo_roundtrip (a, b, "bypass");
+
+  dispatched = get_stat (a, "MessagesDispatched") - dispatched;
+  copies = get_stat (a, "MulticastCopiesDispatched") - copies;
+  straight = get_stat (a, "MulticastStraightDispatched") - straight;
+  g_test_message ("%u calls and replies between two members: the daemon dispatched "
+                  "%" G_GUINT64_FORMAT " messages (%" G_GUINT64_FORMAT " group copies, %"
+                  G_GUINT64_FORMAT " straight), GetStats included",
+                  BYPASS_CALLS, dispatched, copies, straight);
+  /* the three GetStats calls themselves are dispatched */
+  g_assert_cmpuint (dispatched, <, BYPASS_CALLS / 10);
+  peer_free (a);
+  peer_free (b);
+}
+
+/* ---- calls, replies, errors ---------------------------------------------- */
+
+static void
+test_calls (gconstpointer data)
+{
+  PeerKind kinds[2];
+  Peer *caller, *server;
+  DBusMessage *reply;
+
+  g_assert_cmpuint (parse_kinds (data, kinds, 2), ==, 2);
+  caller = peer_new (kinds[0]);
+  server = peer_new (kinds[1]);
+
+  echo_roundtrip (caller, server, "hello");
+
+  /* An error the server sends */
+  reply = call_served (caller, server, server->name, "Fail", NULL);
+  g_assert_cmpint (dbus_message_get_type (reply), ==, DBUS_MESSAGE_TYPE_ERROR);
+  g_assert_cmpstr (dbus_message_get_error_name (reply), ==, TEST_ERROR);
+  dbus_message_unref (reply);
+
+  /* An unknown method: the server's UnknownMethod error */
+  reply = call_served (caller, server, server->name, "NoSuchMethod", NULL);
+  g_assert_cmpint (dbus_message_get_type (reply), ==, DBUS_MESSAGE_TYPE_ERROR);
+  g_assert_cmpstr (dbus_message_get_error_name (reply), ==, DBUS_ERROR_UNKNOWN_METHOD);
+  dbus_message_unref (reply);
+
+  /* Nothing else reached the server */
+  assert_nothing_before_fence (caller, server);
+  peer_free (caller);
+  peer_free (server);
+}
+
+/* A call to a name nobody owns: the daemon's error */
+static void
+test_no_such_name (gconstpointer data)
+{
+  Peer *caller = peer_new (peer_kind_from_string (data));
+  const gchar *names[] = { "org.dbusmcast.BusTest.NoSuchName", ":1.99999999" };
+  guint i;
+
+  for (i = 0; i < G_N_ELEMENTS (names); i++)
+    {
+      DBusMessage *call = new_call (names[i], "Echo", "anyone?");
+      DBusMessage *reply = peer_call (caller, call);
+
+      g_assert_cmpint (dbus_message_get_type (reply), ==, DBUS_MESSAGE_TYPE_ERROR);
+      g_assert_cmpstr (dbus_message_get_error_name (reply), ==, DBUS_ERROR_SERVICE_UNKNOWN);
+      g_assert_cmpstr (dbus_message_get_sender (reply), ==, DBUS_SERVICE_DBUS);
+      dbus_message_unref (reply);
+      dbus_message_unref (call);
+    }
+  peer_free (caller);
+}
+
+/* ---- signals and match rules -------------------------------------------- */
+
+/* receiver's rule matches exactly the "Match" signals of emitter with
+ * arg0 "yes" on TEST_PATH; near misses in every key must not arrive, nor
+ * anything at a client without a rule */
+static void
+test_signals (gconstpointer data)
+{
+  PeerKind kinds[2];
+  Peer *emitter, *other, *receiver, *bystander;
+  gchar *rule;
+  struct
+  {
+    Peer *from;
+    const gchar *path, *interface, *member, *arg0;
+    gboolean matches;
+  } sent[] = {
+    { NULL, TEST_PATH, TEST_IFACE, "Match", "yes", TRUE },
+    { NULL, TEST_PATH, TEST_IFACE, "Other", "yes", FALSE },
+    { NULL, TEST_PATH, OTHER_IFACE, "Match", "yes", FALSE },
+    { NULL, "/org/dbusmcast/BusTest/Other", TEST_IFACE, "Match", "yes", FALSE },
+    { NULL, TEST_PATH, TEST_IFACE, "Match", "no", FALSE },
+    { NULL, TEST_PATH, TEST_IFACE, "Match", "yes!", FALSE },
+    { NULL, TEST_PATH, TEST_IFACE, "Match", "yes", TRUE },
+  };
+  guint i, seen;
+
+  g_assert_cmpuint (parse_kinds (data, kinds, 2), ==, 2);
+  emitter = peer_new (kinds[0]);
+  other = peer_new (kinds[0]);
+  receiver = peer_new (kinds[1]);
+  bystander = peer_new (kinds[1]);
+  for (i = 0; i < G_N_ELEMENTS (sent); i++)
+    sent[i].from = emitter;
+
+  rule = g_strdup_printf ("type='signal',sender='%s',interface='" TEST_IFACE "',"
+                          "member='Match',path='" TEST_PATH "',arg0='yes'", emitter->name);
+  peer_add_match (receiver, rule);
+  g_free (rule);
+  peer_add_match (bystander, "type='signal',interface='" TEST_IFACE "',member='End'");
+
+  /* The same signal from another sender: a near miss in the sender key.
+   * The round trip to the driver orders it before the emitter's. */
+  {
+    DBusMessage *m = new_signal (TEST_PATH, TEST_IFACE, "Match", "yes", 1000);
+
+    peer_send (other, m);
+    dbus_message_unref (m);
+    peer_sync (other);
+  }
+
+  for (i = 0; i < G_N_ELEMENTS (sent); i++)
+    {
+      DBusMessage *m = new_signal (sent[i].path, sent[i].interface, sent[i].member,
+                                   sent[i].arg0, i);
+
+      peer_send (sent[i].from, m);
+      dbus_message_unref (m);
+    }
+  {
+    DBusMessage *m = new_signal (TEST_PATH, TEST_IFACE, "End", "yes", 99);
+
+    peer_send (emitter, m);
+    dbus_message_unref (m);
+  }
+
+  /* The bystander gets End, and nothing before it */
+  {
+    DBusMessage *m = peer_wait (bystander, is_from_test, NULL);
+
+    g_assert_cmpstr (dbus_message_get_member (m), ==, "End");
+    g_assert_cmpstr (dbus_message_get_sender (m), ==, emitter->name);
+    dbus_message_unref (m);
+  }
+
+  /* The receiver gets exactly the matching ones, in order */
+  for (i = 0, seen = 0; i < G_N_ELEMENTS (sent); i++)
+    {
+      DBusMessage *m;
+
+      if (!sent[i].matches)
+        continue;
+      m = peer_wait (receiver, is_from_test, NULL);
+      if (!dbus_message_is_signal (m, TEST_IFACE, "Match") || signal_seq (m) != i)
+        g_error ("expected Match %u, got %s.%s seq %u from %s", i,
+                 dbus_message_get_interface (m), dbus_message_get_member (m),
+                 signal_seq (m), dbus_message_get_sender (m));
+      g_assert_cmpstr (dbus_message_get_sender (m), ==, emitter->name);
+      g_assert_cmpstr (dbus_message_get_path (m), ==, TEST_PATH);
+      g_assert_null (dbus_message_get_destination (m));
+      dbus_message_unref (m);
+      seen++;
+    }
+  g_assert_cmpuint (seen, ==, 2);
+  /* ... and neither End nor anything else so far */
+  assert_nothing_before_fence (emitter, receiver);
+
+  peer_free (emitter);
+  peer_free (other);
+  peer_free (receiver);
+  peer_free (bystander);
+}
+
+/* ---- name ownership ------------------------------------------------------ */
+
+typedef struct
+{
+  const gchar *name, *old_owner, *new_owner;
+} OwnerChange;
+
+static gboolean
+is_owner_change (DBusMessage *m, gconstpointer data)
+{
+  return dbus_message_is_signal (m, DBUS_INTERFACE_DBUS, "NameOwnerChanged");
+}
+
+static void
+expect_owner_change (Peer        *observer,
+                     const gchar *name,
+                     const gchar *old_owner,
+                     const gchar *new_owner)
+{
+  DBusMessage *m = peer_wait (observer, is_owner_change, NULL);
+  const char *n, *o, *nw;
+
+  g_assert_cmpstr (dbus_message_get_sender (m), ==, DBUS_SERVICE_DBUS);
+  g_assert_true (dbus_message_get_args (m, NULL, DBUS_TYPE_STRING, &n, DBUS_TYPE_STRING, &o,
+                                        DBUS_TYPE_STRING, &nw, DBUS_TYPE_INVALID));
+  g_assert_cmpstr (n, ==, name);
+  g_assert_cmpstr (o, ==, old_owner);
+  g_assert_cmpstr (nw, ==, new_owner);
+  dbus_message_unref (m);
+}
+
+static gboolean
+is_name_signal (DBusMessage *m, gconstpointer data)
+{
+  return dbus_message_is_signal (m, DBUS_INTERFACE_DBUS, "NameAcquired") ||
+      dbus_message_is_signal (m, DBUS_INTERFACE_DBUS, "NameLost");
+}
+
+/* p's next NameAcquired/NameLost about name must be member */
+static void
+expect_name_signal (Peer        *p,
+                    const gchar *member,
+                    const gchar *name)
+{
+  while (TRUE)
+    {
+      DBusMessage *m = peer_wait (p, is_name_signal, NULL);
+      const char *n = NULL;
+
+      g_assert_true (dbus_message_get_args (m, NULL, DBUS_TYPE_STRING, &n, DBUS_TYPE_INVALID));
+      /* NameAcquired of the unique name comes first on a new connection */
+      if (strcmp (n, p->name) == 0)
+        {
+          dbus_message_unref (m);
+          continue;
+        }
+      g_assert_cmpstr (n, ==, name);
+      g_assert_cmpstr (dbus_message_get_member (m), ==, member);
+      g_assert_cmpstr (dbus_message_get_destination (m), ==, p->name);
+      dbus_message_unref (m);
+      return;
+    }
+}
+
+static guint32
+request_or_release (Peer        *p,
+                    const gchar *method,
+                    const gchar *name)
+{
+  DBusMessage *reply;
+  dbus_uint32_t flags = 0, result = 0;
+
+  if (strcmp (method, "RequestName") == 0)
+    reply = driver_call (p, DBUS_INTERFACE_DBUS, method, DBUS_TYPE_STRING, &name,
+                         DBUS_TYPE_UINT32, &flags, DBUS_TYPE_INVALID);
+  else
+    reply = driver_call (p, DBUS_INTERFACE_DBUS, method, DBUS_TYPE_STRING, &name,
+                         DBUS_TYPE_INVALID);
+  g_assert_true (dbus_message_get_args (reply, NULL, DBUS_TYPE_UINT32, &result,
+                                        DBUS_TYPE_INVALID));
+  dbus_message_unref (reply);
+  return result;
+}
+
+/* first owns a name, second queues for it, first releases it: the
+ * signals, and calls to the name reach whoever owns it at the time */
+static void
+test_names (gconstpointer data)
+{
+  PeerKind kinds[3];
+  Peer *first, *second, *observer;
+  gchar *name, *rule;
+  DBusMessage *reply;
+
+  g_assert_cmpuint (parse_kinds (data, kinds, 3), ==, 3);
+  first = peer_new (kinds[0]);
+  second = peer_new (kinds[1]);
+  observer = peer_new (kinds[2]);
+  /* a name per test: from the observer's unique name, :1.23 -> Name_1_23 */
+  name = g_strdup_printf ("org.dbusmcast.BusTest.Name_%s", observer->name + 1);
+  g_strdelimit (name + strlen ("org.dbusmcast.BusTest.Name_"), ".", '_');
+  rule = g_strdup_printf ("type='signal',sender='" DBUS_SERVICE_DBUS "',"
+                          "member='NameOwnerChanged',arg0='%s'", name);
+  peer_add_match (observer, rule);
+  g_free (rule);
+
+  g_assert_cmpuint (request_or_release (first, "RequestName", name), ==,
+                    DBUS_REQUEST_NAME_REPLY_PRIMARY_OWNER);
+  expect_name_signal (first, "NameAcquired", name);
+  expect_owner_change (observer, name, "", first->name);
+  g_assert_cmpuint (request_or_release (second, "RequestName", name), ==,
+                    DBUS_REQUEST_NAME_REPLY_IN_QUEUE);
+
+  reply = call_served (observer, first, name, "Echo", "to first");
+  assert_echo (reply, "to first");
+  dbus_message_unref (reply);
+
+  g_assert_cmpuint (request_or_release (first, "ReleaseName", name), ==,
+                    DBUS_RELEASE_NAME_REPLY_RELEASED);
+  expect_name_signal (first, "NameLost", name);
+  expect_name_signal (second, "NameAcquired", name);
+  expect_owner_change (observer, name, first->name, second->name);
+
+  reply = call_served (observer, second, name, "Echo", "to second");
+  assert_echo (reply, "to second");
+  dbus_message_unref (reply);
+  /* the call to the name did not reach the previous owner */
+  assert_nothing_before_fence (observer, first);
+
+  g_assert_cmpuint (request_or_release (second, "ReleaseName", name), ==,
+                    DBUS_RELEASE_NAME_REPLY_RELEASED);
+  expect_name_signal (second, "NameLost", name);
+  expect_owner_change (observer, name, second->name, "");
+  {
+    DBusMessage *call = new_call (name, "Echo", "to nobody");
+
+    reply = peer_call (observer, call);
+    g_assert_cmpstr (dbus_message_get_error_name (reply), ==, DBUS_ERROR_SERVICE_UNKNOWN);
+    dbus_message_unref (reply);
+    dbus_message_unref (call);
+  }
+  assert_nothing_before_fence (observer, second);
+
+  g_free (name);
+  peer_free (first);
+  peer_free (second);
+  peer_free (observer);
+}
+
+/* ---- activation ---------------------------------------------------------- */
+
+static gboolean
+is_name_vanished (DBusMessage *m, gconstpointer name)
+{
+  const char *n = NULL, *o, *nw = NULL;
+
+  return is_owner_change (m, NULL) &&
+      dbus_message_get_args (m, NULL, DBUS_TYPE_STRING, &n, DBUS_TYPE_STRING, &o,
+                             DBUS_TYPE_STRING, &nw, DBUS_TYPE_INVALID) &&
+      strcmp (n, name) == 0 && nw[0] == '\0';
+}
+
+/* A call to the activatable name starts the service (dbus-test-tool echo,
+ * an empty reply to any call); stopping it afterwards leaves the next
+ * test a name to activate again */
+static void
+test_activation (gconstpointer data)
+{
+  Peer *caller = peer_new (peer_kind_from_string (data));
+  DBusMessage *call, *reply, *vanished;
+  dbus_uint32_t pid = 0;
+  gchar *rule;
+
+  if (activatable_name == NULL)
+    {
+      g_test_skip ("DBUS_MCAST_TEST_ACTIVATABLE is not set");
+      peer_free (caller);
+      return;
+    }
+  rule = g_strdup_printf ("type='signal',member='NameOwnerChanged',arg0='%s'",
+                          activatable_name);
+  peer_add_match (caller, rule);
+  g_free (rule);
+
+  call = new_call (activatable_name, "Echo", "wake up");
+  reply = peer_call (caller, call);
+  g_assert_cmpint (dbus_message_get_type (reply), ==, DBUS_MESSAGE_TYPE_METHOD_RETURN);
+  g_assert_cmpstr (dbus_message_get_sender (reply), !=, DBUS_SERVICE_DBUS);
+  dbus_message_unref (reply);
+  dbus_message_unref (call);
+
+  reply = driver_call (caller, DBUS_INTERFACE_DBUS, "GetConnectionUnixProcessID",
+                       DBUS_TYPE_STRING, &activatable_name, DBUS_TYPE_INVALID);
+  g_assert_true (dbus_message_get_args (reply, NULL, DBUS_TYPE_UINT32, &pid,
+                                        DBUS_TYPE_INVALID));
+  dbus_message_unref (reply);
+  g_assert_cmpint (kill (pid, SIGTERM), ==, 0);
+  vanished = peer_wait (caller, is_name_vanished, activatable_name);
+  dbus_message_unref (vanished);
+  peer_free (caller);
+}
+
+/* ---- file descriptors, big messages, order --------------------------------- */
+
+/* A unicast signal "Item" with seq, and optionally a unix fd and a payload */
+static DBusMessage *
+new_item (const gchar   *destination,
+          dbus_uint32_t  seq,
+          int            fd,
+          gsize          payload_len)
+{
+  DBusMessage *m = dbus_message_new_signal (TEST_PATH, TEST_IFACE, "Item");
+  guchar *payload = g_malloc (payload_len + 1);
+  gsize i;
+
+  for (i = 0; i < payload_len; i++)
+    payload[i] = (guchar) (i * 7 + seq);
+  dbus_message_set_destination (m, destination);
+  g_assert_true (dbus_message_append_args (m, DBUS_TYPE_UINT32, &seq,
+                                           DBUS_TYPE_ARRAY, DBUS_TYPE_BYTE, &payload,
+                                           (int) payload_len, DBUS_TYPE_INVALID));
+  if (fd >= 0)
+    g_assert_true (dbus_message_append_args (m, DBUS_TYPE_UNIX_FD, &fd, DBUS_TYPE_INVALID));
+  g_free (payload);
+  return m;
+}
+
+/* Checks an Item: its seq, its payload; returns its fd or -1 */
+static int
+check_item (DBusMessage   *m,
+            dbus_uint32_t  seq,
+            gsize          payload_len)
+{
+  DBusMessageIter iter;
+  dbus_uint32_t got;
+  const guchar *payload;
+  int n, i, fd = -1;
+
+  g_assert_true (dbus_message_is_signal (m, TEST_IFACE, "Item"));
+  g_assert_true (dbus_message_iter_init (m, &iter));
+  dbus_message_iter_get_basic (&iter, &got);
+  if (got != seq)
+    g_error ("got item %u, expected %u", got, seq);
+  g_assert_true (dbus_message_iter_next (&iter));
+  {
+    DBusMessageIter array;
+
+    dbus_message_iter_recurse (&iter, &array);
+    dbus_message_iter_get_fixed_array (&array, &payload, &n);
+  }
+  g_assert_cmpint (n, ==, (int) payload_len);
+  for (i = 0; i < n; i++)
+    if (payload[i] != (guchar) (i * 7 + seq))
+      g_error ("item %u: byte %d is %u, expected %u", seq, i, payload[i],
+               (guchar) (i * 7 + seq));
+  if (dbus_message_iter_next (&iter))
+    {
+      g_assert_cmpint (dbus_message_iter_get_arg_type (&iter), ==, DBUS_TYPE_UNIX_FD);
+      dbus_message_iter_get_basic (&iter, &fd);
+    }
+  return fd;
+}
+
+static gboolean
+is_item (DBusMessage *m, gconstpointer data)
+{
+  return dbus_message_is_signal (m, TEST_IFACE, "Item");
+}
+
+/* An fd sent in a message works at the receiver: data written to it
+ * arrives at the sender's end of the pipe */
+static void
+check_fd_works (int fd,
+                int read_end)
+{
+  char buf[8] = { 0 };
+
+  g_assert_cmpint (fd, >=, 0);
+  g_assert_cmpint (write (fd, "fdpass", 6), ==, 6);
+  close (fd);
+  g_assert_cmpint (read (read_end, buf, sizeof (buf)), ==, 6);
+  g_assert_cmpstr (buf, ==, "fdpass");
+}
+
+static void
+test_fd_passing (gconstpointer data)
+{
+  PeerKind kinds[2];
+  Peer *sender, *receiver;
+  int pipe_fds[2];
+  DBusMessage *m;
+
+  g_assert_cmpuint (parse_kinds (data, kinds, 2), ==, 2);
+  sender = peer_new (kinds[0]);
+  receiver = peer_new (kinds[1]);
+  g_assert_true (dbus_connection_can_send_type (sender->dc, DBUS_TYPE_UNIX_FD));
+  g_assert_cmpint (pipe (pipe_fds), ==, 0);
+
+  m = new_item (receiver->name, 1, pipe_fds[1], 16);
+  peer_send (sender, m);
+  dbus_message_unref (m);
+  close (pipe_fds[1]);
+
+  m = peer_wait (receiver, is_item, NULL);
+  g_assert_cmpstr (dbus_message_get_sender (m), ==, sender->name);
+  check_fd_works (check_item (m, 1, 16), pipe_fds[0]);
+  dbus_message_unref (m);
+  /* the daemon path leaves the fast path working */
+  echo_roundtrip (sender, receiver, "after fd");
+  echo_roundtrip (receiver, sender, "after fd, back");
+  close (pipe_fds[0]);
+  peer_free (sender);
+  peer_free (receiver);
+}
+
+#define LARGE_SIZE (1024 * 1024)
+
+static void
+test_large (gconstpointer data)
+{
+  PeerKind kinds[2];
+  Peer *sender, *receiver;
+  DBusMessage *m;
+
+  g_assert_cmpuint (parse_kinds (data, kinds, 2), ==, 2);
+  sender = peer_new (kinds[0]);
+  receiver = peer_new (kinds[1]);
+
+  m = new_item (receiver->name, 7, -1, LARGE_SIZE);
+  peer_send (sender, m);
+  dbus_message_unref (m);
+  m = peer_wait (receiver, is_item, NULL);
+  g_assert_cmpstr (dbus_message_get_sender (m), ==, sender->name);
+  g_assert_cmpint (check_item (m, 7, LARGE_SIZE), ==, -1);
+  dbus_message_unref (m);
+  echo_roundtrip (sender, receiver, "after a large message");
+  peer_free (sender);
+  peer_free (receiver);
+}
+
+#define ORDER_ITEMS 60
+
+/* Items that take the daemon path (fds, over one fragment) interleaved
+ * with small ones: the receiver sees them in send order */
+static gsize
+order_payload (guint seq)
+{
+  return seq % 5 == 2 ? 3 * FRAGMENT_SIZE / 2 : 8;
+}
+
+static gboolean
+order_has_fd (guint seq)
+{
+  return seq % 3 == 1;
+}
+
+static void
+test_order (gconstpointer data)
+{
+  PeerKind kinds[2];
+  Peer *sender, *receiver;
+  int pipe_fds[2];
+  guint i;
+
+  g_assert_cmpuint (parse_kinds (data, kinds, 2), ==, 2);
+  sender = peer_new (kinds[0]);
+  receiver = peer_new (kinds[1]);
+  g_assert_cmpint (pipe (pipe_fds), ==, 0);
+
+  for (i = 0; i < ORDER_ITEMS; i++)
+    {
+      DBusMessage *m = new_item (receiver->name, i, order_has_fd (i) ? pipe_fds[1] : -1,
+                                 order_payload (i));
+
+      peer_send (sender, m);
+      dbus_message_unref (m);
+      /* The receiver reads meanwhile: a member's messages wait in the
+       * kernel, which does not buffer a megabyte for a receiver that
+       * never reads as a stock daemon does (doc/design.md) */
+      peer_stash_arrived (receiver);
+    }
+  close (pipe_fds[1]);
+
+  for (i = 0; i < ORDER_ITEMS; i++)
+    {
+      DBusMessage *m = peer_wait (receiver, is_item, NULL);
+      int fd = check_item (m, i, order_payload (i));
+
+      g_assert_cmpstr (dbus_message_get_sender (m), ==, sender->name);
+      if (order_has_fd (i))
+        check_fd_works (fd, pipe_fds[0]);
+      else
+        g_assert_cmpint (fd, ==, -1);
+      dbus_message_unref (m);
+    }
+  close (pipe_fds[0]);
+  peer_free (sender);
+  peer_free (receiver);
+}
+
+/* ---- security: well-behaved clients --------------------------------------- */
+
+/* A third client never sees a unicast between two others */
+static void
+test_unicast_privacy (gconstpointer data)
+{
+  PeerKind kinds[3];
+  Peer *a, *b, *c;
+  DBusMessage *m;
+
+  g_assert_cmpuint (parse_kinds (data, kinds, 3), ==, 3);
+  a = peer_new (kinds[0]);
+  b = peer_new (kinds[1]);
+  c = peer_new (kinds[2]);
+  /* c's broad rule must not make it an eavesdropper */
+  peer_add_match (c, "type='signal'");
+  peer_add_match (c, "interface='" TEST_IFACE "'");
+
+  m = new_signal (TEST_PATH, TEST_IFACE, "Secret", "for b only", 1);
+  dbus_message_set_destination (m, b->name);
+  peer_send (a, m);
+  dbus_message_unref (m);
+  m = peer_wait (b, is_signal_named, "Secret");
+  dbus_message_unref (m);
+  echo_roundtrip (a, b, "secret call");
+  assert_nothing_before_fence (a, c);
+  peer_free (a);
+  peer_free (b);
+  peer_free (c);
+}
+
+/* ---- security: a hand-made member ---------------------------------------- */
+
+typedef struct
+{
+  int fd;
+  gchar *name;
+  gboolean promoted;            /* the daemon agreed to NEGOTIATE_MULTICAST */
+  dbus_uint32_t serial;
+} Raw;
+
+static void
+raw_send_bytes (Raw        *r,
+                const void *data,
+                gsize       len)
+{
+  g_assert_cmpint (send (r->fd, data, len, MSG_NOSIGNAL), ==, (gssize) len);
+}
+
+/* One packet, or NULL if none came within timeout_ms; 0-length at EOF */
+static GBytes *
+raw_recv_packet (Raw *r,
+                 int  timeout_ms)
+{
+  struct pollfd p = { r->fd, POLLIN, 0 };
+  gchar *buf;
+  gssize n;
+
+  if (poll (&p, 1, timeout_ms) != 1)
+    return NULL;
+  buf = g_malloc (FRAGMENT_SIZE);
+  n = recv (r->fd, buf, FRAGMENT_SIZE, 0);
+  if (n < 0 && errno == ECONNRESET)
+    n = 0;
+  g_assert_cmpint (n, >=, 0);
+  return g_bytes_new_take (buf, n);
+}
+
+/* A SASL line from the daemon */
+static gchar *
+raw_auth_line (Raw *r)
+{
+  GBytes *b = raw_recv_packet (r, 10000);
+  gsize n;
+  const gchar *data;
+
+  g_assert_nonnull (b);
+  data = g_bytes_get_data (b, &n);
+  g_assert_cmpuint (n, >, 0);
+  {
+    gchar *line = g_strndup (data, n);
+
+    g_bytes_unref (b);
+    return line;
+  }
+}
+
+/* The next message to the raw client, or NULL if none within timeout_ms */
+static DBusMessage *
+raw_recv (Raw *r,
+          int  timeout_ms)
+{
+  GBytes *b = raw_recv_packet (r, timeout_ms);
+  DBusError error = DBUS_ERROR_INIT;
+  DBusMessage *m;
+  gsize n;
+  const char *data;
+
+  if (b == NULL)
+    return NULL;
+  data = g_bytes_get_data (b, &n);
+  g_assert_cmpuint (n, >, 0);
+  g_assert_cmpint (dbus_message_demarshal_bytes_needed (data, n), ==, (int) n);
+  m = dbus_message_demarshal (data, n, &error);
+  assert_no_dbus_error (&error);
+  g_bytes_unref (b);
+  return m;
+}
+
+/* Marshals m as the raw client with the given SENDER (its own name if
+ * NULL) and the next serial */
+static gchar *
+raw_marshal (Raw         *r,
+             DBusMessage *m,
+             const gchar *sender,
+             int         *len)
+{
+  char *bytes = NULL;
+  gchar *copy;
+
+  dbus_message_set_serial (m, ++r->serial);
+  if (sender != NULL || r->name != NULL)
+    g_assert_true (dbus_message_set_sender (m, sender != NULL ? sender : r->name));
+  g_assert_true (dbus_message_marshal (m, &bytes, len));
+  copy = g_memdup2 (bytes, *len);
+  dbus_free (bytes);
+  return copy;
+}
+
+static dbus_uint32_t
+raw_send (Raw         *r,
+          DBusMessage *m,
+          const gchar *sender)
+{
+  int len;
+  gchar *bytes = raw_marshal (r, m, sender, &len);
+
+  raw_send_bytes (r, bytes, len);
+  g_free (bytes);
+  return r->serial;
+}
+
+static DBusMessage *
+raw_wait (Raw              *r,
+          MessagePredicate  pred,
+          gconstpointer     data)
+{
+  gint64 deadline = g_get_monotonic_time () + TIMEOUT_US;
+
+  while (g_get_monotonic_time () < deadline)
+    {
+      DBusMessage *m = raw_recv (r, 100);
+
+      if (m == NULL)
+        continue;
+      if (pred (m, data))
+        return m;
+      dbus_message_unref (m);
+    }
+  g_error ("the raw client timed out waiting for a message");
+}
+
+/* Connects to the unixseq: entry of address and does what libdbus does:
+ * the credentials byte, AUTH EXTERNAL, NEGOTIATE_UNIX_FD,
+ * NEGOTIATE_MULTICAST, BEGIN, UNIX_PASSID if promoted, Hello */
+static Raw *
+raw_new (const gchar *address)
+{
+  Raw *r = g_new0 (Raw, 1);
+  gchar *entry = address_entry (address, "unixseq:");
+  DBusAddressEntry **parsed;
+  int n_parsed;
+  DBusError error = DBUS_ERROR_INIT;
+  struct sockaddr_un addr = { AF_UNIX, { 0 } };
+  gchar *uid = g_strdup_printf ("%u", (unsigned) getuid ());
+  GString *auth = g_string_new ("AUTH EXTERNAL ");
+  const gchar *p;
+  gchar *line;
+  DBusMessage *hello, *reply;
+  const char *name;
+
+  g_assert_true (dbus_parse_address (entry, &parsed, &n_parsed, &error));
+  assert_no_dbus_error (&error);
+  g_strlcpy (addr.sun_path, dbus_address_entry_get_value (parsed[0], "path"),
+             sizeof (addr.sun_path));
+  dbus_address_entries_free (parsed);
+  r->fd = socket (AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+  g_assert_cmpint (r->fd, >=, 0);
+  g_assert_cmpint (connect (r->fd, (struct sockaddr *) &addr, sizeof (addr)), ==, 0);
+
+  for (p = uid; *p != '\0'; p++)
+    g_string_append_printf (auth, "%02x", (guchar) *p);
+  g_string_append (auth, "\r\n");
+  raw_send_bytes (r, "", 1);
+  raw_send_bytes (r, auth->str, auth->len);
+  line = raw_auth_line (r);
+  g_assert_true (g_str_has_prefix (line, "OK "));
+  g_free (line);
+  raw_send_bytes (r, "NEGOTIATE_UNIX_FD\r\n", 19);
+  line = raw_auth_line (r);
+  g_assert_cmpstr (line, ==, "AGREE_UNIX_FD\r\n");
+  g_free (line);
+  raw_send_bytes (r, "NEGOTIATE_MULTICAST\r\n", 21);
+  line = raw_auth_line (r);
+  r->promoted = g_str_has_prefix (line, "AGREE_MULTICAST");
+  if (!r->promoted)
+    g_assert_true (g_str_has_prefix (line, "ERROR"));
+  g_free (line);
+  raw_send_bytes (r, "BEGIN\r\n", 7);
+  if (r->promoted)
+    {
+      int on = 1;
+
+      g_assert_cmpint (setsockopt (r->fd, SOL_UNIX, UNIX_PASSID, &on, sizeof (on)), ==, 0);
+    }
+
+  hello = dbus_message_new_method_call (DBUS_SERVICE_DBUS, DBUS_PATH_DBUS,
+                                        DBUS_INTERFACE_DBUS, "Hello");
+  raw_send (r, hello, NULL);
+  dbus_message_unref (hello);
+  reply = raw_wait (r, is_reply_to, GUINT_TO_POINTER (r->serial));
+  g_assert_true (dbus_message_get_args (reply, NULL, DBUS_TYPE_STRING, &name,
+                                        DBUS_TYPE_INVALID));
+  r->name = g_strdup (name);
+  dbus_message_unref (reply);
+
+  g_string_free (auth, TRUE);
+  g_free (uid);
+  g_free (entry);
+  return r;
+}
+
+static void
+raw_free (Raw *r)
+{
+  close (r->fd);
+  g_free (r->name);
+  g_free (r);
+}
+
+/* The raw client's own messages work: a call answered by a member */
+static void
+raw_roundtrip (Raw  *r,
+               Peer *server)
+{
+  DBusMessage *call = new_call (server->name, "Echo", "raw");
+  dbus_uint32_t serial = raw_send (r, call, NULL);
+  DBusMessage *reply;
+
+  dbus_message_unref (call);
+  dbus_message_unref (serve_one (server));
+  reply = raw_wait (r, is_reply_to, GUINT_TO_POINTER (serial));
+  assert_echo (reply, "raw");
+  dbus_message_unref (reply);
+}
+
+/* A hand-made client is a member on a multicast bus, like libdbus */
+static void
+test_raw_promotion (gconstpointer data)
+{
+  Raw *r = raw_new (bus_address);
+  Peer *server = peer_new (PEER_MEMBER);
+
+  g_test_message ("the raw client %s was %spromoted", r->name, r->promoted ? "" : "not ");
+  g_assert_true (r->promoted == kernel_has_multicast ());
+  raw_roundtrip (r, server);
+  raw_free (r);
+  peer_free (server);
+}
+
+static gboolean
+claims_sender (DBusMessage *m, gconstpointer name)
+{
+  return g_strcmp0 (dbus_message_get_sender (m), name) == 0;
+}
+
+/* The raw client signs a broadcast and a unicast with the victim's unique
+ * name: a receiver trusting SENDER must not see them as the victim's */
+static void
+test_forged_sender (gconstpointer data)
+{
+  Raw *r = raw_new (bus_address);
+  Peer *victim = peer_new (PEER_MEMBER);
+  Peer *receiver = peer_new (peer_kind_from_string (data));
+  gchar *rule = g_strdup_printf ("type='signal',sender='%s',interface='" TEST_IFACE "'",
+                                 victim->name);
+  DBusMessage *m;
+
+  peer_add_match (receiver, rule);
+  g_free (rule);
+
+  m = new_signal (TEST_PATH, TEST_IFACE, "Forged", "broadcast", 1);
+  raw_send (r, m, victim->name);
+  dbus_message_unref (m);
+  m = new_signal (TEST_PATH, TEST_IFACE, "Forged", "unicast", 2);
+  dbus_message_set_destination (m, receiver->name);
+  raw_send (r, m, victim->name);
+  dbus_message_unref (m);
+  /* the raw client still gets answers: the forgeries were sent */
+  raw_roundtrip (r, victim);
+
+  m = new_signal (TEST_PATH, TEST_IFACE, "Genuine", "", 3);
+  peer_send (victim, m);
+  dbus_message_unref (m);
+  /* Whatever of the raw client's arrives, none claims to be the victim's
+   * but the genuine signal */
+  m = peer_wait (receiver, claims_sender, victim->name);
+  g_assert_cmpstr (dbus_message_get_member (m), ==, "Genuine");
+  dbus_message_unref (m);
+  raw_free (r);
+  peer_free (victim);
+  peer_free (receiver);
+}
+
+typedef enum
+{
+  BAD_GARBAGE,
+  BAD_FIELDS,
+  BAD_TRUNCATED,
+  BAD_BODY,
+  BAD_TWO_IN_ONE
+} BadPacket;
+
+/* Writes a bad packet; the daemon may already have hung up on the raw
+ * client because of an earlier one, so a failure is not an error */
+static void
+raw_send_bad (Raw        *r,
+              const void *data,
+              gsize       len)
+{
+  if (send (r->fd, data, len, MSG_NOSIGNAL) < 0)
+    g_test_message ("bad packet not sent: %s", g_strerror (errno));
+}
+
+/* Makes the length of the first string of the body run past its end */
+static void
+corrupt_body (gchar *bytes,
+              int    len)
+{
+  guint32 body_len, huge = 0x7fffffff;
+
+  memcpy (&body_len, bytes + 4, sizeof (body_len));
+  g_assert_cmpuint (body_len, >=, 4);
+  memcpy (bytes + len - body_len, &huge, sizeof (huge));
+}
+
+/* The raw client writes bad packets: a call to member b, a broadcast
+ * member a listens to.  Nobody crashes, no innocent client is
+ * disconnected, no bad message reaches an application, the bus works */
+static void
+test_bad_packets (gconstpointer data)
+{
+  BadPacket kind = GPOINTER_TO_INT (data);
+  Raw *r = raw_new (bus_address);
+  Peer *a = peer_new (PEER_MEMBER);
+  Peer *b = peer_new (PEER_MEMBER);
+  Peer *c = peer_new (PEER_GDBUS);
+  DBusMessage *call = new_call (b->name, "Bad", "x");
+  DBusMessage *signal = new_signal (TEST_PATH, TEST_IFACE, "Bad", "broadcast", 1);
+  gchar *bytes[2];
+  int len[2];
+  guint i;
+
+  peer_add_match (a, "type='signal',interface='" TEST_IFACE "'");
+  bytes[0] = raw_marshal (r, call, NULL, &len[0]);
+  bytes[1] = raw_marshal (r, signal, NULL, &len[1]);
+  dbus_message_unref (call);
+  dbus_message_unref (signal);
+  for (i = 0; i < G_N_ELEMENTS (bytes); i++)
+    {
+      switch (kind)
+        {
+        case BAD_GARBAGE:
+          memset (bytes[i], 'x', len[i]);
+          raw_send_bad (r, bytes[i], len[i]);
+          break;
+        case BAD_FIELDS:
+          /* a valid fixed header, then garbage header fields */
+          memset (bytes[i] + 16, 0xff, 16);
+          raw_send_bad (r, bytes[i], len[i]);
+          break;
+        case BAD_TRUNCATED:
+          raw_send_bad (r, bytes[i], len[i] - 3);
+          break;
+        case BAD_BODY:
+          corrupt_body (bytes[i], len[i]);
+          raw_send_bad (r, bytes[i], len[i]);
+          break;
+        case BAD_TWO_IN_ONE:
+          {
+            gchar *two = g_malloc (2 * len[i]);
+
+            memcpy (two, bytes[i], len[i]);
+            memcpy (two + len[i], bytes[i], len[i]);
+            raw_send_bad (r, two, 2 * len[i]);
+            g_free (two);
+          }
+          break;
+        default:
+          g_assert_not_reached ();
+        }
+      g_free (bytes[i]);
+    }
+
+  /* The innocent still talk, in every direction, and saw nothing bad */
+  assert_nothing_before_fence (a, b);
+  assert_nothing_before_fence (b, a);
+  assert_nothing_before_fence (b, c);
+  echo_roundtrip (a, b, "still here");
+  echo_roundtrip (c, a, "still here");
+  g_assert_true (peer_is_connected (a));
+  g_assert_true (peer_is_connected (b));
+  g_assert_true (peer_is_connected (c));
+  raw_free (r);
+  peer_free (a);
+  peer_free (b);
+  peer_free (c);
+}
+
+/* The raw member tries to widen what it receives: replace its peer
+ * filter, detach filters, change its sender id.  Each fails or has no
+ * effect: a unicast between two others still does not reach it. */
+static void
+test_filter_tamper (gconstpointer data)
+{
+  Raw *r = raw_new (bus_address);
+  Peer *a = peer_new (PEER_MEMBER);
+  Peer *b = peer_new (PEER_MEMBER);
+  struct sock_filter accept_all[] = { BPF_STMT (BPF_RET | BPF_K, 0xffffffff) };
+  struct sock_fprog prog = { G_N_ELEMENTS (accept_all), accept_all };
+  guint64 id = 1;
+  int res;
+  DBusMessage *m;
+
+  res = setsockopt (r->fd, SOL_UNIX, UNIX_PEER_FILTER, &prog, sizeof (prog));
+  g_test_message ("UNIX_PEER_FILTER: %d (%s)", res, res < 0 ? g_strerror (errno) : "");
+  g_assert_cmpint (res, ==, -1);
+  if (r->promoted)
+    g_assert_cmpint (errno, ==, EPERM);
+  res = setsockopt (r->fd, SOL_UNIX, UNIX_PEER_ID, &id, sizeof (id));
+  g_assert_cmpint (res, ==, -1);
+  if (r->promoted)
+    g_assert_cmpint (errno, ==, EPERM);
+  res = setsockopt (r->fd, SOL_SOCKET, SO_DETACH_FILTER, NULL, 0);
+  g_test_message ("SO_DETACH_FILTER: %d (%s)", res, res < 0 ? g_strerror (errno) : "");
+
+  /* a unicast from a to b, then one from a to the raw client: the raw
+   * client gets its own only */
+  m = new_signal (TEST_PATH, TEST_IFACE, "Secret", "for b only", 1);
+  dbus_message_set_destination (m, b->name);
+  peer_send (a, m);
+  dbus_message_unref (m);
+  echo_roundtrip (a, b, "secret call");
+  m = new_signal (TEST_PATH, TEST_IFACE, "Fence", "", 2);
+  dbus_message_set_destination (m, r->name);
+  peer_send (a, m);
+  dbus_message_unref (m);
+  m = raw_wait (r, is_from_test, NULL);
+  g_assert_cmpstr (dbus_message_get_member (m), ==, "Fence");
+  g_assert_cmpstr (dbus_message_get_destination (m), ==, r->name);
+  dbus_message_unref (m);
+  raw_free (r);
+  peer_free (a);
+  peer_free (b);
+}
+
+static gboolean
+is_reply_or_fence (DBusMessage *m, gconstpointer data)
+{
+  return dbus_message_get_type (m) == DBUS_MESSAGE_TYPE_METHOD_RETURN ||
+      dbus_message_get_type (m) == DBUS_MESSAGE_TYPE_ERROR ||
+      dbus_message_is_signal (m, TEST_IFACE, "Fence");
+}
+
+/* Replies nobody asked for, from a member to a member: to a serial the
+ * victim never used, and a second reply to a call already answered.  The
+ * victim's libdbus drops them (design.md, "What a member's libdbus
+ * checks").  Members only: on the classic path stock dbus-daemon delivers
+ * them under the session policy, whose <allow send_destination="*"
+ * eavesdrop="true"/> also allows unrequested replies (bus/policy.c). */
+static void
+test_unsolicited_reply (gconstpointer data)
+{
+  Raw *r;
+  Peer *victim, *server;
+  DBusMessage *call, *reply;
+  dbus_uint32_t answered;
+  dbus_uint32_t serials[2];
+  guint i;
+
+  if (skip_unless_multicast ())
+    return;
+  r = raw_new (bus_address);
+  victim = peer_new (PEER_MEMBER);
+  server = peer_new (PEER_MEMBER);
+
+  call = new_call (server->name, "Echo", "once");
+  answered = peer_send (victim, call);
+  dbus_message_unref (call);
+  dbus_message_unref (serve_one (server));
+  reply = peer_wait (victim, is_reply_to, GUINT_TO_POINTER (answered));
+  dbus_message_unref (reply);
+
+  serials[0] = 0x7ffffff0;
+  serials[1] = answered;
+  for (i = 0; i < G_N_ELEMENTS (serials); i++)
+    {
+      DBusMessage *m = dbus_message_new (DBUS_MESSAGE_TYPE_METHOD_RETURN);
+
+      dbus_message_set_destination (m, victim->name);
+      dbus_message_set_reply_serial (m, serials[i]);
+      raw_send (r, m, NULL);
+      /* the same claiming to come from the server */
+      raw_send (r, m, server->name);
+      dbus_message_unref (m);
+      m = dbus_message_new (DBUS_MESSAGE_TYPE_ERROR);
+      dbus_message_set_destination (m, victim->name);
+      dbus_message_set_reply_serial (m, serials[i]);
+      dbus_message_set_error_name (m, TEST_ERROR);
+      raw_send (r, m, NULL);
+      dbus_message_unref (m);
+    }
+  raw_roundtrip (r, server);
+
+  /* the raw client's fence arrives, no reply before it */
+  {
+    DBusMessage *fence = new_signal (TEST_PATH, TEST_IFACE, "Fence", "", 0);
+
+    dbus_message_set_destination (fence, victim->name);
+    raw_send (r, fence, NULL);
+    dbus_message_unref (fence);
+  }
+  reply = peer_wait (victim, is_reply_or_fence, NULL);
+  if (!dbus_message_is_signal (reply, TEST_IFACE, "Fence"))
+    g_error ("%s received an unsolicited %s (reply serial %u, sender %s)", victim->name,
+             dbus_message_type_to_string (dbus_message_get_type (reply)),
+             dbus_message_get_reply_serial (reply), dbus_message_get_sender (reply));
+  dbus_message_unref (reply);
+  raw_free (r);
+  peer_free (victim);
+  peer_free (server);
+}
+/* ---- a bus with a deny rule ------------------------------------------------ */
+
+/* Its clients stay classic, and the deny rule holds */
+static void
+test_restricted (gconstpointer data)
+{
+  Peer *a, *b;
+  Raw *r;
+  DBusMessage *m, *reply;
+
+  if (restricted_address == NULL)
+    {
+      g_test_skip ("DBUS_MCAST_TEST_RESTRICTED_ADDRESS is not set");
+      return;
+    }
+  a = peer_new_on (PEER_MEMBER, restricted_address);
+  b = peer_new_on (PEER_MEMBER, restricted_address);
+  r = raw_new (restricted_address);
+  g_assert_false (r->promoted);
+  if (kernel_has_multicast ())
+    g_assert_cmpuint (get_stat (a, "MulticastMembers"), ==, 0);
+  echo_roundtrip (a, b, "allowed");
+
+  m = dbus_message_new_method_call (b->name, TEST_PATH, DENIED_IFACE, "Echo");
+  reply = peer_call (a, m);
+  dbus_message_unref (m);
+  g_assert_cmpstr (dbus_message_get_error_name (reply), ==, DBUS_ERROR_ACCESS_DENIED);
+  g_assert_cmpstr (dbus_message_get_sender (reply), ==, DBUS_SERVICE_DBUS);
+  dbus_message_unref (reply);
+
+  peer_add_match (b, "type='signal'");
+  m = new_signal (TEST_PATH, DENIED_IFACE, "Denied", "broadcast", 1);
+  peer_send (a, m);
+  dbus_message_unref (m);
+  m = new_signal (TEST_PATH, DENIED_IFACE, "Denied", "raw", 2);
+  raw_send (r, m, NULL);
+  dbus_message_unref (m);
+  raw_roundtrip (r, b);
+  assert_nothing_before_fence (a, b);
+
+  raw_free (r);
+  peer_free (a);
+  peer_free (b);
+}
+
+/* ---- monitors --------------------------------------------------------------- */
+
+static void
+poll_peers (Peer **peers,
+            guint  n_peers,
+            int    timeout_ms)
+{
+  struct pollfd fds[3];
+  guint i;
+
+  g_assert_cmpuint (n_peers, <=, G_N_ELEMENTS (fds));
+  for (i = 0; i < n_peers; i++)
+    {
+      g_assert_true (dbus_connection_get_socket (peers[i]->dc, &fds[i].fd));
+      fds[i].events = POLLIN;
+      if (dbus_connection_has_messages_to_send (peers[i]->dc))
+        fds[i].events |= POLLOUT;
+      fds[i].revents = 0;
+    }
+  g_assert_cmpint (poll (fds, n_peers, timeout_ms), >=, 0);
+  for (i = 0; i < n_peers; i++)
+    g_assert_true (dbus_connection_read_write (peers[i]->dc, 0));
+}
+
+/* a makes n_calls calls to b (libdbus clients), at most window of them
+ * unanswered at a time; b answers each.  What the monitor (if any)
+ * receives meanwhile is appended to seen.  Returns whether every reply
+ * arrived within timeout_us. */
+static gboolean
+exchange (Peer      *a,
+          Peer      *b,
+          guint      n_calls,
+          guint      window,
+          Peer      *monitor,
+          GPtrArray *seen,
+          gint64     timeout_us)
+{
+  gint64 deadline = g_get_monotonic_time () + timeout_us;
+  Peer *peers[] = { a, b };
+  guint sent = 0, answered = 0;
+
+  while (answered < n_calls)
+    {
+      DBusMessage *m;
+
+      for (; sent < n_calls && sent - answered < window; sent++)
+        {
+          m = new_call (b->name, "Echo", "exchange");
+          g_assert_true (dbus_connection_send (a->dc, m, NULL));
+          dbus_message_unref (m);
+        }
+      poll_peers (peers, G_N_ELEMENTS (peers), 100);
+      while ((m = dbus_connection_pop_message (b->dc)) != NULL)
+        {
+          if (is_test_call (m, NULL))
+            {
+              DBusMessage *reply = dbus_message_new_method_return (m);
+
+              g_assert_true (dbus_connection_send (b->dc, reply, NULL));
+              dbus_message_unref (reply);
+            }
+          dbus_message_unref (m);
+        }
+      while ((m = dbus_connection_pop_message (a->dc)) != NULL)
+        {
+          if (dbus_message_get_type (m) == DBUS_MESSAGE_TYPE_METHOD_RETURN &&
+              g_strcmp0 (dbus_message_get_sender (m), b->name) == 0)
+            answered++;
+          dbus_message_unref (m);
+        }
+      if (monitor != NULL)
+        while ((m = peer_pop (monitor, 0)) != NULL)
+          g_ptr_array_add (seen, m);
+      if (g_get_monotonic_time () > deadline)
+        {
+          g_test_message ("exchange: %u of %u calls answered at the deadline", answered,
+                          n_calls);
+          return FALSE;
+        }
+    }
+  return TRUE;
+}
+
+static void
+kill_on_parent_death (gpointer data)
+{
+  prctl (PR_SET_PDEATHSIG, SIGKILL);
+}
+
+/* 50000 calls and replies, 100k messages; the same exchange with a tenth
+ * of the calls and no monitor is the yardstick */
+#define STALLED_CALLS 50000
+#define BASELINE_CALLS (STALLED_CALLS / 10)
+/* An exchange that has not finished by then is blocked */
+#define STALLED_DEADLINE_S 900
+
+/* Seconds a members' exchange of n_calls takes; fails the test if it does
+ * not finish */
+static gdouble
+timed_exchange (guint        n_calls,
+                const gchar *what)
+{
+  Peer *a = peer_new (PEER_MEMBER);
+  Peer *b = peer_new (PEER_MEMBER);
+  gint64 start = g_get_monotonic_time ();
+  gboolean done = exchange (a, b, n_calls, 64, NULL, NULL,
+                            STALLED_DEADLINE_S * G_USEC_PER_SEC);
+  gdouble elapsed = (g_get_monotonic_time () - start) / 1e6;
+
+  g_test_message ("%u calls and replies %s: %s after %.1f s (%.0f us per call)", n_calls,
+                  what, done ? "done" : "NOT done", elapsed, elapsed * 1e6 / n_calls);
+  g_assert_true (done);
+  peer_free (a);
+  peer_free (b);
+  return elapsed;
+}
+
+/* A dbus-monitor that reads nothing does not hold up a 100k-message
+ * exchange between two members: the exchange finishes, at a rate within
+ * a factor 3 of the same exchange without a monitor (the daemon, if it
+ * routes, also queues every message for the monitor; the kernel skips a
+ * full monitor) */
+static void
+test_monitor_stalled (gconstpointer data)
+{
+  gchar *tool = g_build_filename (g_getenv ("DBUS_MCAST_STAGE"), "bin", "dbus-monitor", NULL);
+  gchar *argv[] = { tool, (gchar *) "--address", (gchar *) bus_address, NULL };
+  GError *error = NULL;
+  GPid pid;
+  int out;
+  GIOChannel *channel;
+  gchar *line = NULL;
+  gdouble baseline, stalled;
+
+  baseline = timed_exchange (BASELINE_CALLS, "without a monitor");
+  g_spawn_async_with_pipes (NULL, argv, NULL, G_SPAWN_DO_NOT_REAP_CHILD,
+                            kill_on_parent_death, NULL, &pid, NULL, &out, NULL, &error);
+  g_assert_no_error (error);
+  /* it prints its NameLost when it has become a monitor */
+  channel = g_io_channel_unix_new (out);
+  while (line == NULL || strstr (line, "NameLost") == NULL)
+    {
+      g_free (line);
+      g_assert_cmpint (g_io_channel_read_line (channel, &line, NULL, NULL, &error), ==,
+                       G_IO_STATUS_NORMAL);
+      g_assert_no_error (error);
+    }
+  g_free (line);
+  g_assert_cmpint (kill (pid, SIGSTOP), ==, 0);
+
+  stalled = timed_exchange (STALLED_CALLS, "with a stalled dbus-monitor");
+  g_assert_cmpfloat (stalled / STALLED_CALLS, <, 3 * baseline / BASELINE_CALLS + 10.0 / STALLED_CALLS);
+
+  kill (pid, SIGKILL);
+  waitpid (pid, NULL, 0);
+  g_spawn_close_pid (pid);
+  g_io_channel_unref (channel);
+  close (out);
+  g_free (tool);
+}
+
+#define MONITORED_CALLS 500
+
+/* A call of the test, or a method return from data (a unique name) */
+static gboolean
+is_from_test_or_reply (DBusMessage *m, gconstpointer data)
+{
+  return is_test_call (m, NULL) ||
+      (dbus_message_get_type (m) == DBUS_MESSAGE_TYPE_METHOD_RETURN &&
+       g_strcmp0 (dbus_message_get_sender (m), data) == 0);
+}
+
+/* A monitor that reads sees every message of an exchange, in order */
+static void
+test_monitor_reading (gconstpointer data)
+{
+  Peer *a = peer_new (PEER_MEMBER);
+  Peer *b = peer_new (PEER_MEMBER);
+  Peer *monitor = peer_new (peer_kind_from_string (data));
+  GPtrArray *seen = g_ptr_array_new_with_free_func ((GDestroyNotify) dbus_message_unref);
+  gchar *rules[] = { g_strdup_printf ("sender='%s'", a->name),
+                     g_strdup_printf ("sender='%s'", b->name) };
+  gchar **rules_p = rules;
+  dbus_uint32_t flags = 0;
+  dbus_uint32_t last_call = 0;
+  guint i, n = 0;
+
+  dbus_message_unref (driver_call (monitor, "org.freedesktop.DBus.Monitoring", "BecomeMonitor",
+                                   DBUS_TYPE_ARRAY, DBUS_TYPE_STRING, &rules_p,
+                                   G_N_ELEMENTS (rules), DBUS_TYPE_UINT32, &flags,
+                                   DBUS_TYPE_INVALID));
+  g_assert_true (exchange (a, b, MONITORED_CALLS, 1, monitor, seen, TIMEOUT_US));
+  /* the last messages may still be on their way to the monitor */
+  for (i = 0; i < seen->len; i++)
+    if (is_from_test_or_reply (g_ptr_array_index (seen, i), b->name))
+      n++;
+  for (; n < 2 * MONITORED_CALLS; n++)
+    g_ptr_array_add (seen, peer_wait (monitor, is_from_test_or_reply, b->name));
+
+  for (i = 0, n = 0; i < seen->len; i++)
+    {
+      DBusMessage *m = g_ptr_array_index (seen, i);
+
+      if (!is_from_test_or_reply (m, b->name))
+        continue;
+      if (n % 2 == 0)
+        {
+          g_assert_true (is_test_call (m, NULL));
+          g_assert_cmpstr (dbus_message_get_sender (m), ==, a->name);
+          g_assert_cmpstr (dbus_message_get_destination (m), ==, b->name);
+          g_assert_cmpuint (dbus_message_get_serial (m), >, last_call);
+          last_call = dbus_message_get_serial (m);
+        }
+      else
+        {
+          g_assert_cmpint (dbus_message_get_type (m), ==, DBUS_MESSAGE_TYPE_METHOD_RETURN);
+          g_assert_cmpstr (dbus_message_get_sender (m), ==, b->name);
+          g_assert_cmpuint (dbus_message_get_reply_serial (m), ==, last_call);
+        }
+      n++;
+    }
+  g_assert_cmpuint (n, ==, 2 * MONITORED_CALLS);
+
+  g_ptr_array_unref (seen);
+  g_free (rules[0]);
+  g_free (rules[1]);
+  peer_free (monitor);
+  peer_free (a);
+  peer_free (b);
+}
+
+/* ---- main ------------------------------------------------------------------- */
+
+int
+main (int    argc,
+      char **argv)
+{
+  static const gchar *kinds[] = { "member", "classic", "gdbus" };
+  static const gchar *triples_names[] = {
+    "member-member-member", "member-member-gdbus", "member-gdbus-member",
+    "gdbus-member-classic", "classic-member-gdbus", "gdbus-gdbus-gdbus",
+    "classic-classic-classic"
+  };
+  static const gchar *triples_privacy[] = {
+    "member-member-member", "gdbus-member-member", "member-member-gdbus",
+    "member-gdbus-member", "classic-member-member"
+  };
+  static const gchar *libdbus_pairs[] = {
+    "member-member", "member-classic", "classic-member", "classic-classic"
+  };
+  static const gchar *bad[] = { "garbage", "fields", "truncated", "body", "two-in-one" };
+  guint i, j;
+
+  g_test_init (&argc, &argv, NULL);
+  bus_address = g_getenv ("DBUS_SESSION_BUS_ADDRESS");
+  restricted_address = g_getenv ("DBUS_MCAST_TEST_RESTRICTED_ADDRESS");
+  activatable_name = g_getenv ("DBUS_MCAST_TEST_ACTIVATABLE");
+  if (bus_address == NULL || g_getenv ("DBUS_MCAST_STAGE") == NULL)
+    {
+      g_printerr ("%s: run by test/bus/run-bus-vm, which starts the buses it tests "
+                  "(DBUS_SESSION_BUS_ADDRESS, DBUS_MCAST_STAGE)\n", argv[0]);
+      return 2;
+    }
+
+#define ADD(path, func, data) g_test_add_data_func (path, data, func)
+#define ADDF(func, data, ...) \
+  G_STMT_START { \
+    gchar *p_ = g_strdup_printf (__VA_ARGS__); \
+    g_test_add_data_func (p_, data, func); \
+    g_free (p_); \
+  } G_STMT_END
+
+  ADD ("/promotion/member", test_promotion_member, NULL);
+  ADD ("/promotion/classic", test_promotion_classic, NULL);
+  ADD ("/bypass/method-calls", test_bypass, NULL);
+  for (i = 0; i < G_N_ELEMENTS (kinds); i++)
+    for (j = 0; j < G_N_ELEMENTS (kinds); j++)
+      {
+        gchar *pair = g_strdup_printf ("%s-%s", kinds[i], kinds[j]);
+
+        /* the test data lives as long as the test suite */
+        ADDF (test_calls, g_intern_string (pair), "/calls/%s", pair);
+        ADDF (test_signals, g_intern_string (pair), "/signals/%s", pair);
+        ADDF (test_large, g_intern_string (pair), "/large/%s", pair);
+        g_free (pair);
+      }
+  for (i = 0; i < G_N_ELEMENTS (kinds); i++)
+    {
+      ADDF (test_no_such_name, kinds[i], "/calls/no-such-name/%s", kinds[i]);
+      ADDF (test_activation, kinds[i], "/activation/%s", kinds[i]);
+    }
+  for (i = 0; i < G_N_ELEMENTS (triples_names); i++)
+    ADDF (test_names, triples_names[i], "/names/%s", triples_names[i]);
+  for (i = 0; i < G_N_ELEMENTS (libdbus_pairs); i++)
+    {
+      ADDF (test_fd_passing, libdbus_pairs[i], "/fd-passing/%s", libdbus_pairs[i]);
+      ADDF (test_order, libdbus_pairs[i], "/order/%s", libdbus_pairs[i]);
+    }
+  for (i = 0; i < G_N_ELEMENTS (triples_privacy); i++)
+    ADDF (test_unicast_privacy, triples_privacy[i], "/security/unicast-privacy/%s",
+          triples_privacy[i]);
+  ADD ("/security/raw/promotion", test_raw_promotion, NULL);
+  for (i = 0; i < G_N_ELEMENTS (kinds); i++)
+    {
+      ADDF (test_forged_sender, kinds[i], "/security/raw/forged-sender/%s", kinds[i]);
+    }
+  for (i = 0; i < G_N_ELEMENTS (bad); i++)
+    ADDF (test_bad_packets, GINT_TO_POINTER (i), "/security/raw/bad-packet/%s", bad[i]);
+  ADD ("/security/raw/filter-tamper", test_filter_tamper, NULL);
+  ADD ("/security/raw/unsolicited-reply", test_unsolicited_reply, NULL);
+  ADD ("/policy/restricted", test_restricted, NULL);
+  ADD ("/monitor/stalled", test_monitor_stalled, NULL);
+  for (i = 0; i < G_N_ELEMENTS (kinds); i++)
+    ADDF (test_monitor_reading, kinds[i], "/monitor/reading/%s", kinds[i]);
+
+  return g_test_run ();
+}

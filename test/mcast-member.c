@@ -1,0 +1,893 @@
+/* test/mcast-member.c  The member side of the multicast bus (libdbus),
+ * against an acceptor that plays dbus-daemon's part by hand.
+ *
+ * Needs the patched kernel: run it in the VM,
+ *   tools/vm-run -- build/dbus-tests/mcast-member --tap
+ * On a kernel without multicast AF_UNIX groups every test is skipped.
+ *
+ * The acceptor is a libdbus DBusServer on a unixseq: address (its
+ * listening socket is a kernel group) that offers multicast.  For each
+ * client it does the daemon's steps of doc/design.md by hand: it waits for
+ * Hello, sets UNIX_PEER_ID = 1 << 32 | N, installs a peer filter that lets
+ * everything through (so the checks of the receiving libdbus are what is
+ * tested), admits the client with UNIX_ACCEPT_GROUP (SEND_TO_PEER) and
+ * answers Hello with the unique name ":1.N".  It never forwards anything
+ * unless a test says so: whatever reaches another client without that
+ * came through the group.  Everything runs in one thread, every connection
+ * non-blocking.
+ *
+ * Copyright (C) 2026 dbus-mcast contributors
+ * SPDX-License-Identifier: AFL-2.1 OR GPL-2.0-or-later
+ */
+
+#include <dbus/dbus.h>
+#include <glib.h>
+#include <glib/gstdio.h>
+
+#include <errno.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdint.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <linux/filter.h>
+#include <linux/un.h>
+#include <unistd.h>
+
+#ifdef UNIX_PASSID
+
+/* libdbus internals the daemon side uses (DBUS_PRIVATE_EXPORT) */
+dbus_bool_t _dbus_server_socket_set_multicast_offered (DBusServer *server,
+                                                       dbus_bool_t offered);
+dbus_bool_t _dbus_connection_get_multicast_negotiated (DBusConnection *connection);
+
+#define TIMEOUT_US (60 * G_USEC_PER_SEC)
+#define TEST_IFACE "org.dbusmcast.Test"
+#define TEST_PATH "/org/dbusmcast/Test"
+#define FRAGMENT_SIZE 65536 /* DBUS_SEQPACKET_FRAGMENT_SIZE */
+
+typedef struct
+{
+  gchar *tmpdir;
+  gchar *address;
+  DBusServer *server;
+  DBusWatch *watch;
+  GPtrArray *accepted;    /* the acceptor's ends, in accept order */
+  GPtrArray *clients;     /* libdbus clients, to pump */
+  DBusConnection *a, *b;
+  DBusConnection *a_srv, *b_srv;
+  gchar *a_name, *b_name;
+} Fixture;
+
+static void
+assert_no_dbus_error (DBusError *error)
+{
+  if (dbus_error_is_set (error))
+    g_error ("unexpected D-Bus error %s: %s", error->name, error->message);
+}
+
+static dbus_bool_t
+add_watch (DBusWatch *watch, void *data)
+{
+  Fixture *f = data;
+
+  if (dbus_watch_get_flags (watch) & DBUS_WATCH_READABLE)
+    f->watch = watch;
+  return TRUE;
+}
+
+static void
+remove_watch (DBusWatch *watch, void *data)
+{
+  Fixture *f = data;
+
+  if (f->watch == watch)
+    f->watch = NULL;
+}
+
+static void
+new_connection (DBusServer *server, DBusConnection *c, void *data)
+{
+  Fixture *f = data;
+
+  dbus_connection_set_exit_on_disconnect (c, FALSE);
+  g_ptr_array_add (f->accepted, dbus_connection_ref (c));
+}
+
+/* One round of I/O on everything */
+static void
+pump (Fixture *f)
+{
+  guint i;
+
+  if (f->watch != NULL)
+    {
+      struct pollfd p = { dbus_watch_get_unix_fd (f->watch), POLLIN, 0 };
+
+      if (poll (&p, 1, 0) == 1)
+        dbus_watch_handle (f->watch, DBUS_WATCH_READABLE);
+    }
+
+  for (i = 0; i < f->clients->len; i++)
+    dbus_connection_read_write (g_ptr_array_index (f->clients, i), 0);
+  for (i = 0; i < f->accepted->len; i++)
+    dbus_connection_read_write (g_ptr_array_index (f->accepted, i), 0);
+  g_usleep (1000);
+}
+
+/* Pumps for ms milliseconds */
+static void
+pump_for (Fixture *f, int ms)
+{
+  gint64 end = g_get_monotonic_time () + ms * 1000;
+
+  while (g_get_monotonic_time () < end)
+    pump (f);
+}
+
+/* Pumps until c has a message, and pops it */
+static DBusMessage *
+next_message (Fixture *f, DBusConnection *c)
+{
+  gint64 deadline = g_get_monotonic_time () + TIMEOUT_US;
+  DBusMessage *m;
+
+  while ((m = dbus_connection_pop_message (c)) == NULL)
+    {
+      g_assert_cmpint (g_get_monotonic_time (), <, deadline);
+      g_assert_true (dbus_connection_get_is_connected (c));
+      pump (f);
+    }
+  return m;
+}
+
+static void
+assert_no_message (Fixture *f, DBusConnection *c, int ms)
+{
+  DBusMessage *m;
+
+  pump_for (f, ms);
+  m = dbus_connection_pop_message (c);
+  if (m != NULL)
+    g_error ("unexpected message: type %d member %s from %s",
+             dbus_message_get_type (m), dbus_message_get_member (m),
+             dbus_message_get_sender (m));
+  g_assert_true (dbus_connection_get_is_connected (c));
+}
+
+static DBusConnection *
+accept_next (Fixture *f)
+{
+  gint64 deadline = g_get_monotonic_time () + TIMEOUT_US;
+  guint n = f->accepted->len;
+
+  while (f->accepted->len == n)
+    {
+      g_assert_cmpint (g_get_monotonic_time (), <, deadline);
+      pump (f);
+    }
+  return g_ptr_array_index (f->accepted, n);
+}
+
+/* The daemon's steps of doc/design.md "Hello", by hand */
+static void
+admit (int fd, guint32 minor, guint32 flags)
+{
+  struct sock_filter accept_all[] = { BPF_STMT (BPF_RET | BPF_K, 0xffffffff) };
+  struct sock_fprog prog = { 1, accept_all };
+  struct unix_mreq mreq;
+  guint64 id = ((guint64) 1 << 32) | minor;
+
+  memset (&mreq, 0, sizeof (mreq));
+  mreq.flags = flags;
+  g_assert_cmpint (setsockopt (fd, SOL_UNIX, UNIX_PEER_ID, &id, sizeof (id)), ==, 0);
+  g_assert_cmpint (setsockopt (fd, SOL_UNIX, UNIX_PEER_FILTER, &prog, sizeof (prog)), ==, 0);
+  g_assert_cmpint (setsockopt (fd, SOL_UNIX, UNIX_ACCEPT_GROUP, &mreq, sizeof (mreq)), ==, 0);
+}
+
+static void
+send_flush (Fixture *f, DBusConnection *c, DBusMessage *m)
+{
+  g_assert_true (dbus_connection_send (c, m, NULL));
+  pump (f);
+}
+
+/* A message from "the daemon" on the acceptor's end srv */
+static DBusMessage *
+driver_message (DBusMessage *m, const char *destination)
+{
+  g_assert_true (dbus_message_set_sender (m, DBUS_SERVICE_DBUS));
+  g_assert_true (dbus_message_set_destination (m, destination));
+  return m;
+}
+
+/* Opens a libdbus client; with promote, the acceptor admits it as
+ * ":1.minor" when it says Hello (and checks it negotiated multicast), else
+ * it only answers Hello (and checks it did not).  before_reply, if not
+ * NULL, runs between the admission and the Hello reply. */
+static DBusConnection *
+open_client (Fixture *f, guint32 minor, gboolean promote,
+             void (*before_reply) (Fixture *f),
+             DBusConnection **srv_p, gchar **name_p)
+{
+  DBusError error = DBUS_ERROR_INIT;
+  DBusConnection *c = dbus_connection_open_private (f->address, &error);
+  DBusConnection *srv;
+  DBusMessage *hello, *reply, *m;
+  gchar *name = g_strdup_printf (":1.%u", minor);
+  const char *name_c = name;
+  dbus_uint32_t serial;
+  int fd = -1;
+
+  assert_no_dbus_error (&error);
+  dbus_connection_set_exit_on_disconnect (c, FALSE);
+  g_ptr_array_add (f->clients, c);
+  srv = accept_next (f);
+
+  hello = dbus_message_new_method_call (DBUS_SERVICE_DBUS, DBUS_PATH_DBUS,
+                                        DBUS_INTERFACE_DBUS, "Hello");
+  g_assert_true (dbus_connection_send (c, hello, &serial));
+  dbus_message_unref (hello);
+
+  m = next_message (f, srv);
+  g_assert_true (dbus_message_is_method_call (m, DBUS_INTERFACE_DBUS, "Hello"));
+  g_assert_cmpint (_dbus_connection_get_multicast_negotiated (srv), ==, promote);
+  if (promote)
+    {
+      g_assert_true (dbus_connection_get_socket (srv, &fd));
+      admit (fd, minor, UNIX_MREQ_SEND_TO_PEER);
+    }
+  if (before_reply != NULL)
+    before_reply (f);
+
+  reply = driver_message (dbus_message_new_method_return (m), name);
+  g_assert_true (dbus_message_append_args (reply, DBUS_TYPE_STRING, &name_c,
+                                           DBUS_TYPE_INVALID));
+  send_flush (f, srv, reply);
+  dbus_message_unref (reply);
+  dbus_message_unref (m);
+
+  m = next_message (f, c);
+  g_assert_cmpint (dbus_message_get_type (m), ==, DBUS_MESSAGE_TYPE_METHOD_RETURN);
+  g_assert_cmpuint (dbus_message_get_reply_serial (m), ==, serial);
+  dbus_message_unref (m);
+  g_assert_true (dbus_bus_set_unique_name (c, name));
+
+  *srv_p = srv;
+  *name_p = name;
+  return c;
+}
+
+/* Is the kernel able to make groups?  The DBusServer says whether its
+ * listening socket is one. */
+static void
+setup (Fixture *f, gconstpointer data)
+{
+  DBusError error = DBUS_ERROR_INIT;
+  gchar *listen;
+  gboolean offer = g_strcmp0 (data, "not offered") != 0;
+
+  f->tmpdir = g_dir_make_tmp ("mcast-member-XXXXXX", NULL);
+  g_assert_nonnull (f->tmpdir);
+  listen = g_strdup_printf ("unixseq:path=%s/bus", f->tmpdir);
+  f->server = dbus_server_listen (listen, &error);
+  assert_no_dbus_error (&error);
+  g_free (listen);
+  f->address = dbus_server_get_address (f->server);
+  f->accepted = g_ptr_array_new ();
+  f->clients = g_ptr_array_new ();
+  g_assert_true (dbus_server_set_watch_functions (f->server, add_watch,
+                                                  remove_watch, NULL, f, NULL));
+  dbus_server_set_new_connection_function (f->server, new_connection, f, NULL);
+
+  if (!_dbus_server_socket_set_multicast_offered (f->server, offer))
+    {
+      g_test_skip ("the kernel has no multicast AF_UNIX groups");
+      return;
+    }
+
+  f->a = open_client (f, 1, offer, NULL, &f->a_srv, &f->a_name);
+  f->b = open_client (f, 2, offer, NULL, &f->b_srv, &f->b_name);
+}
+
+static void
+teardown (Fixture *f, gconstpointer data)
+{
+  guint i;
+
+  for (i = 0; i < f->clients->len; i++)
+    {
+      dbus_connection_close (g_ptr_array_index (f->clients, i));
+      dbus_connection_unref (g_ptr_array_index (f->clients, i));
+    }
+  for (i = 0; i < f->accepted->len; i++)
+    {
+      dbus_connection_close (g_ptr_array_index (f->accepted, i));
+      dbus_connection_unref (g_ptr_array_index (f->accepted, i));
+    }
+  g_ptr_array_unref (f->clients);
+  g_ptr_array_unref (f->accepted);
+  dbus_server_disconnect (f->server);
+  dbus_server_unref (f->server);
+  dbus_free (f->address);
+  g_free (f->a_name);
+  g_free (f->b_name);
+  g_rmdir (f->tmpdir);
+  g_free (f->tmpdir);
+}
+
+static DBusMessage *
+new_call (const char *destination, const char *method)
+{
+  return dbus_message_new_method_call (destination, TEST_PATH, TEST_IFACE, method);
+}
+
+/* A method call from A reaches B through the group, with A's unique name
+ * in SENDER whatever A's application put there; B's reply reaches A; a
+ * second reply to the same call does not. */
+static void
+test_unicast (Fixture *f, gconstpointer data)
+{
+  DBusMessage *call, *m, *reply;
+  dbus_uint32_t serial;
+
+  if (g_test_failed () || f->a == NULL)
+    return;
+
+  call = new_call (f->b_name, "Ping");
+  g_assert_true (dbus_message_set_sender (call, "org.example.Forged"));
+  g_assert_true (dbus_connection_send (f->a, call, &serial));
+  dbus_message_unref (call);
+
+  m = next_message (f, f->b);
+  g_assert_true (dbus_message_is_method_call (m, TEST_IFACE, "Ping"));
+  g_assert_cmpstr (dbus_message_get_sender (m), ==, f->a_name);
+  g_assert_cmpstr (dbus_message_get_destination (m), ==, f->b_name);
+
+  /* The acceptor saw its copy (SEND_TO_PEER) and forwarded nothing: the
+   * group delivered it */
+  reply = next_message (f, f->a_srv);
+  g_assert_true (dbus_message_is_method_call (reply, TEST_IFACE, "Ping"));
+  g_assert_cmpstr (dbus_message_get_sender (reply), ==, f->a_name);
+  dbus_message_unref (reply);
+
+  reply = dbus_message_new_method_return (m);
+  send_flush (f, f->b, reply);
+  /* the same reply again, then a marker: A gets the reply and the marker */
+  send_flush (f, f->b, reply);
+  dbus_message_unref (reply);
+  reply = new_call (f->a_name, "Marker");
+  dbus_message_set_no_reply (reply, TRUE);
+  send_flush (f, f->b, reply);
+  dbus_message_unref (reply);
+  dbus_message_unref (m);
+
+  m = next_message (f, f->a);
+  g_assert_cmpint (dbus_message_get_type (m), ==, DBUS_MESSAGE_TYPE_METHOD_RETURN);
+  g_assert_cmpuint (dbus_message_get_reply_serial (m), ==, serial);
+  g_assert_cmpstr (dbus_message_get_sender (m), ==, f->b_name);
+  dbus_message_unref (m);
+  m = next_message (f, f->a);
+  g_assert_true (dbus_message_is_method_call (m, TEST_IFACE, "Marker"));
+  dbus_message_unref (m);
+}
+
+/* Sends one packet on a raw socket */
+static void
+raw_send (int fd, const void *data, gsize len)
+{
+  g_assert_cmpint (send (fd, data, len, MSG_NOSIGNAL), ==, (gssize) len);
+}
+
+static void
+raw_send_message (int fd, DBusMessage *m, dbus_uint32_t serial)
+{
+  char *bytes;
+  int len;
+
+  dbus_message_set_serial (m, serial);
+  g_assert_true (dbus_message_marshal (m, &bytes, &len));
+  raw_send (fd, bytes, len);
+  dbus_free (bytes);
+  dbus_message_unref (m);
+}
+
+/* Waits for one line of SASL on a raw socket */
+static gchar *
+raw_read_line (Fixture *f, int fd)
+{
+  gint64 deadline = g_get_monotonic_time () + TIMEOUT_US;
+  char buf[512];
+  gssize n;
+
+  while ((n = recv (fd, buf, sizeof (buf) - 1, MSG_DONTWAIT)) < 0 && errno == EAGAIN)
+    {
+      g_assert_cmpint (g_get_monotonic_time (), <, deadline);
+      pump (f);
+    }
+  g_assert_cmpint (n, >, 0);
+  buf[n] = '\0';
+  return g_strdup (buf);
+}
+
+/* A third member that does not use libdbus: it can write anything.  It is
+ * admitted as ":1.3" without SEND_TO_PEER (the acceptor's end does not
+ * read its garbage). */
+static int
+open_raw_member (Fixture *f)
+{
+  struct sockaddr_un addr = { AF_UNIX, "" };
+  int fd = socket (AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+  gchar *auth, *line, *uid;
+  DBusConnection *srv;
+  int srv_fd;
+
+  g_snprintf (addr.sun_path, sizeof (addr.sun_path), "%s/bus", f->tmpdir);
+  g_assert_cmpint (connect (fd, (struct sockaddr *) &addr, sizeof (addr)), ==, 0);
+  srv = accept_next (f);
+
+  raw_send (fd, "", 1);
+  uid = g_strdup_printf ("%u", getuid ());
+  {
+    GString *hex = g_string_new ("AUTH EXTERNAL ");
+    const char *p;
+
+    for (p = uid; *p != '\0'; p++)
+      g_string_append_printf (hex, "%02x", (unsigned char) *p);
+    g_string_append (hex, "\r\n");
+    auth = g_string_free (hex, FALSE);
+  }
+  g_free (uid);
+  raw_send (fd, auth, strlen (auth));
+  g_free (auth);
+  line = raw_read_line (f, fd);
+  g_assert_true (g_str_has_prefix (line, "OK "));
+  g_free (line);
+  raw_send (fd, "BEGIN\r\n", 7);
+  while (!dbus_connection_get_is_authenticated (srv))
+    pump (f);
+
+  g_assert_true (dbus_connection_get_socket (srv, &srv_fd));
+  admit (srv_fd, 3, 0);
+  return fd;
+}
+
+/* What a member writes that does not pass the checks is dropped at the
+ * receiver, which stays connected and gets the member's next valid
+ * message. */
+static void
+test_raw_member (Fixture *f, gconstpointer data)
+{
+  int c;
+  DBusMessage *m;
+  char garbage[100];
+  char *one;
+  int one_len;
+  gchar *both;
+  guint i;
+
+  if (g_test_failed () || f->a == NULL)
+    return;
+
+  c = open_raw_member (f);
+
+  /* 1. SENDER is A's name, but the kernel says the packet is from :1.3 */
+  m = new_call (f->b_name, "Forged");
+  dbus_message_set_sender (m, f->a_name);
+  raw_send_message (c, m, 1);
+
+  /* 2. no SENDER at all */
+  raw_send_message (c, new_call (f->b_name, "Anonymous"), 2);
+
+  /* 3. garbage */
+  for (i = 0; i < sizeof (garbage); i++)
+    garbage[i] = (char) (i * 37 + 11);
+  garbage[0] = 'l';
+  raw_send (c, garbage, sizeof (garbage));
+
+  /* 4. a valid header with a body that does not match its signature */
+  m = new_call (f->b_name, "BadBody");
+  dbus_message_set_sender (m, ":1.3");
+  {
+    const char *s = "abcdefgh";
+
+    dbus_message_append_args (m, DBUS_TYPE_STRING, &s, DBUS_TYPE_INVALID);
+  }
+  dbus_message_set_serial (m, 4);
+  g_assert_true (dbus_message_marshal (m, &one, &one_len));
+  one[one_len - 1] = 'x'; /* the string's terminating nul */
+  raw_send (c, one, one_len);
+  dbus_free (one);
+  dbus_message_unref (m);
+
+  /* 5. two valid messages in one packet */
+  m = new_call (f->b_name, "Twice");
+  dbus_message_set_sender (m, ":1.3");
+  dbus_message_set_serial (m, 5);
+  g_assert_true (dbus_message_marshal (m, &one, &one_len));
+  both = g_malloc (2 * one_len);
+  memcpy (both, one, one_len);
+  memcpy (both + one_len, one, one_len);
+  raw_send (c, both, 2 * one_len);
+  g_free (both);
+  dbus_free (one);
+  dbus_message_unref (m);
+
+  /* 6. a reply to a call B never made */
+  m = dbus_message_new (DBUS_MESSAGE_TYPE_METHOD_RETURN);
+  dbus_message_set_reply_serial (m, 12345);
+  dbus_message_set_destination (m, f->b_name);
+  dbus_message_set_sender (m, ":1.3");
+  raw_send_message (c, m, 7);
+
+  /* 7. a broadcast B has no match rule for */
+  m = dbus_message_new_signal (TEST_PATH, TEST_IFACE, "Unwanted");
+  dbus_message_set_sender (m, ":1.3");
+  raw_send_message (c, m, 8);
+
+  /* 8. unicast to A, which B has no eavesdropping rule for */
+  m = new_call (f->a_name, "ForA");
+  dbus_message_set_sender (m, ":1.3");
+  raw_send_message (c, m, 9);
+
+  /* and one valid message */
+  m = new_call (f->b_name, "Good");
+  dbus_message_set_sender (m, ":1.3");
+  raw_send_message (c, m, 10);
+
+  m = next_message (f, f->b);
+  g_assert_true (dbus_message_is_method_call (m, TEST_IFACE, "Good"));
+  g_assert_cmpstr (dbus_message_get_sender (m), ==, ":1.3");
+  dbus_message_unref (m);
+  assert_no_message (f, f->b, 100);
+
+  /* A got the one for it, nothing else */
+  m = next_message (f, f->a);
+  g_assert_true (dbus_message_is_method_call (m, TEST_IFACE, "ForA"));
+  dbus_message_unref (m);
+  assert_no_message (f, f->a, 100);
+  close (c);
+}
+
+static dbus_bool_t
+keep_write_watch (DBusWatch *watch, void *data)
+{
+  if (dbus_watch_get_flags (watch) & DBUS_WATCH_WRITABLE)
+    *(DBusWatch **) data = watch;
+  return TRUE;
+}
+
+static void
+forget_write_watch (DBusWatch *watch, void *data)
+{
+  if (*(DBusWatch **) data == watch)
+    *(DBusWatch **) data = NULL;
+}
+
+/* A sends a message that must take the daemon path (fds, or longer than a
+ * packet), then another one: the first goes to the acceptor alone, and A
+ * writes nothing more until the acceptor's Routed signal for it (a Routed
+ * signal for another serial does not count); the signals are never
+ * dispatched. */
+static void
+test_routed (Fixture *f, gconstpointer data)
+{
+  gboolean with_fd = g_strcmp0 (data, "fd") == 0;
+  DBusMessage *m, *routed;
+  dbus_uint32_t serial, wrong;
+  int pipe_fds[2];
+  int fd = -1;
+  DBusWatch *write_watch = NULL;
+
+  if (g_test_failed () || f->a == NULL)
+    return;
+
+  /* A main loop would watch this: it must be off while A is fenced, or
+   * the loop would spin */
+  g_assert_true (dbus_connection_set_watch_functions (f->a, keep_write_watch,
+                                                      forget_write_watch, NULL,
+                                                      &write_watch, NULL));
+  g_assert_nonnull (write_watch);
+
+  m = new_call (f->b_name, "Routed");
+  dbus_message_set_no_reply (m, TRUE);
+  if (with_fd)
+    {
+      g_assert_cmpint (pipe (pipe_fds), ==, 0);
+      g_assert_true (dbus_message_append_args (m, DBUS_TYPE_UNIX_FD, &pipe_fds[1],
+                                               DBUS_TYPE_INVALID));
+      close (pipe_fds[1]);
+    }
+  else
+    {
+      gchar *big = g_strnfill (3 * FRAGMENT_SIZE, 'x');
+
+      g_assert_true (dbus_message_append_args (m, DBUS_TYPE_STRING, &big,
+                                               DBUS_TYPE_INVALID));
+      g_free (big);
+    }
+  g_assert_true (dbus_connection_send (f->a, m, &serial));
+  dbus_message_unref (m);
+  m = new_call (f->b_name, "After");
+  dbus_message_set_no_reply (m, TRUE);
+  g_assert_true (dbus_connection_send (f->a, m, NULL));
+  dbus_message_unref (m);
+
+  /* The acceptor gets the message; B gets nothing; A holds "After" */
+  m = next_message (f, f->a_srv);
+  g_assert_true (dbus_message_is_method_call (m, TEST_IFACE, "Routed"));
+  g_assert_cmpstr (dbus_message_get_sender (m), ==, f->a_name);
+  assert_no_message (f, f->b, 200);
+  assert_no_message (f, f->a_srv, 0);
+  g_assert_true (dbus_connection_has_messages_to_send (f->a));
+  g_assert_false (dbus_watch_get_enabled (write_watch));
+
+  /* A Routed signal for another serial changes nothing */
+  wrong = serial + 1000;
+  routed = driver_message (dbus_message_new_signal (DBUS_PATH_DBUS,
+                                                    "org.freedesktop.DBus.Mcast",
+                                                    "Routed"), f->a_name);
+  g_assert_true (dbus_message_append_args (routed, DBUS_TYPE_UINT32, &wrong,
+                                           DBUS_TYPE_INVALID));
+  send_flush (f, f->a_srv, routed);
+  dbus_message_unref (routed);
+  assert_no_message (f, f->b, 200);
+  g_assert_true (dbus_connection_has_messages_to_send (f->a));
+
+  /* The acceptor routes it to B (serial and SENDER kept, as dbus-daemon
+   * does), and only once all of it is in B's socket puts the fence down:
+   * queued in userspace is not enough, A's next group message would
+   * overtake the rest of a long message */
+  send_flush (f, f->b_srv, m);
+  dbus_message_unref (m);
+  while (dbus_connection_has_messages_to_send (f->b_srv))
+    pump (f);
+  routed = driver_message (dbus_message_new_signal (DBUS_PATH_DBUS,
+                                                    "org.freedesktop.DBus.Mcast",
+                                                    "Routed"), f->a_name);
+  g_assert_true (dbus_message_append_args (routed, DBUS_TYPE_UINT32, &serial,
+                                           DBUS_TYPE_INVALID));
+  send_flush (f, f->a_srv, routed);
+  dbus_message_unref (routed);
+
+  /* B: the routed message, then "After" through the group */
+  m = next_message (f, f->b);
+  g_assert_true (dbus_message_is_method_call (m, TEST_IFACE, "Routed"));
+  g_assert_cmpstr (dbus_message_get_sender (m), ==, f->a_name);
+  if (with_fd)
+    {
+      char buf[4] = { 0 };
+
+      g_assert_true (dbus_message_get_args (m, NULL, DBUS_TYPE_UNIX_FD, &fd,
+                                            DBUS_TYPE_INVALID));
+      g_assert_cmpint (write (fd, "fd!", 3), ==, 3);
+      close (fd);
+      g_assert_cmpint (read (pipe_fds[0], buf, 3), ==, 3);
+      g_assert_cmpstr (buf, ==, "fd!");
+      close (pipe_fds[0]);
+    }
+  dbus_message_unref (m);
+  m = next_message (f, f->b);
+  g_assert_true (dbus_message_is_method_call (m, TEST_IFACE, "After"));
+  dbus_message_unref (m);
+
+  /* A dispatched neither Routed signal, and wrote everything */
+  assert_no_message (f, f->a, 100);
+  g_assert_false (dbus_connection_has_messages_to_send (f->a));
+  dbus_connection_set_watch_functions (f->a, NULL, NULL, NULL, NULL, NULL);
+}
+
+/* B calls AddMatch or RemoveMatch, expecting a reply (as
+ * dbus_bus_add_match() with an error does) or not (as without); the
+ * acceptor answers as dbus-daemon would: with a method return if a reply
+ * is expected, with an error (refuse) in any case. */
+static void
+match_call (Fixture *f, const char *method, const char *rule,
+            gboolean no_reply, gboolean refuse)
+{
+  DBusMessage *m, *call;
+
+  m = dbus_message_new_method_call (DBUS_SERVICE_DBUS, DBUS_PATH_DBUS,
+                                    DBUS_INTERFACE_DBUS, method);
+  g_assert_true (dbus_message_append_args (m, DBUS_TYPE_STRING, &rule,
+                                           DBUS_TYPE_INVALID));
+  dbus_message_set_no_reply (m, no_reply);
+  send_flush (f, f->b, m);
+  dbus_message_unref (m);
+  call = next_message (f, f->b_srv);
+  g_assert_true (dbus_message_is_method_call (call, DBUS_INTERFACE_DBUS, method));
+  g_assert_cmpstr (dbus_message_get_sender (call), ==, f->b_name);
+  if (refuse)
+    m = dbus_message_new_error (call, DBUS_ERROR_MATCH_RULE_NOT_FOUND, "no");
+  else if (!no_reply)
+    m = dbus_message_new_method_return (call);
+  else
+    m = NULL;
+  dbus_message_unref (call);
+  if (m == NULL)
+    return;
+  send_flush (f, f->b_srv, driver_message (m, f->b_name));
+  dbus_message_unref (m);
+  m = next_message (f, f->b); /* the reply */
+  g_assert_cmpint (dbus_message_get_type (m), ==,
+                   refuse ? DBUS_MESSAGE_TYPE_ERROR : DBUS_MESSAGE_TYPE_METHOD_RETURN);
+  dbus_message_unref (m);
+}
+
+static void
+emit (Fixture *f, const char *member)
+{
+  DBusMessage *m = dbus_message_new_signal (TEST_PATH, TEST_IFACE, member);
+
+  send_flush (f, f->a, m);
+  dbus_message_unref (m);
+}
+
+static void
+expect_signal (Fixture *f, const char *member)
+{
+  DBusMessage *m = next_message (f, f->b);
+
+  if (!dbus_message_is_signal (m, TEST_IFACE, member))
+    g_error ("expected signal %s, got type %d %s from %s", member,
+             dbus_message_get_type (m), dbus_message_get_member (m),
+             dbus_message_get_sender (m));
+  g_assert_cmpstr (dbus_message_get_sender (m), ==, f->a_name);
+  dbus_message_unref (m);
+}
+
+/* Broadcasts reach B through the group only if one of B's match rules
+ * matches: rules count once the daemon answered AddMatch (or at once for
+ * an AddMatch without reply), stop counting once it answered RemoveMatch,
+ * and one the daemon refused does not count; unicast for someone else
+ * only with an eavesdropping rule. */
+static void
+test_broadcast (Fixture *f, gconstpointer data)
+{
+  const char *hit = "type='signal',interface='" TEST_IFACE "',member='Hit'";
+  const char *also = "type='signal',member='Also'";
+  DBusMessage *m;
+
+  if (g_test_failed () || f->a == NULL)
+    return;
+
+  match_call (f, "AddMatch", hit, FALSE, FALSE);
+  match_call (f, "AddMatch", "type='signal',member='Refused'", FALSE, TRUE);
+  match_call (f, "AddMatch", "type='signal',member='RefusedLater'", TRUE, TRUE);
+  match_call (f, "AddMatch", also, TRUE, FALSE);
+  emit (f, "Miss");
+  emit (f, "Refused");
+  emit (f, "RefusedLater");
+  emit (f, "Hit");
+  emit (f, "Also");
+  expect_signal (f, "Hit");
+  expect_signal (f, "Also");
+  assert_no_message (f, f->b, 100);
+
+  /* Added twice, removed once: still there */
+  match_call (f, "AddMatch", hit, FALSE, FALSE);
+  match_call (f, "RemoveMatch", hit, FALSE, FALSE);
+  emit (f, "Hit");
+  expect_signal (f, "Hit");
+  match_call (f, "RemoveMatch", hit, TRUE, FALSE);
+  match_call (f, "RemoveMatch", also, FALSE, FALSE);
+  emit (f, "Hit");
+  emit (f, "Also");
+  assert_no_message (f, f->b, 100);
+
+  /* A's call to someone else: B sees it only while eavesdropping */
+  m = new_call (":1.99", "NotForB");
+  dbus_message_set_no_reply (m, TRUE);
+  send_flush (f, f->a, m);
+  dbus_message_unref (m);
+  assert_no_message (f, f->b, 100);
+  match_call (f, "AddMatch", "eavesdrop=true,type='method_call',interface='" TEST_IFACE "'",
+              FALSE, FALSE);
+  m = new_call (":1.99", "NotForB");
+  dbus_message_set_no_reply (m, TRUE);
+  send_flush (f, f->a, m);
+  dbus_message_unref (m);
+  m = next_message (f, f->b);
+  g_assert_true (dbus_message_is_method_call (m, TEST_IFACE, "NotForB"));
+  g_assert_cmpstr (dbus_message_get_destination (m), ==, ":1.99");
+  dbus_message_unref (m);
+}
+
+/* While C waits for its Hello reply, the acceptor has admitted it
+ * already: A writes to C's name (it learnt it from NameOwnerChanged, say) */
+static void
+a_writes_to_c (Fixture *f)
+{
+  DBusMessage *m = new_call (":1.3", "Early");
+
+  dbus_message_set_no_reply (m, TRUE);
+  send_flush (f, f->a, m);
+  dbus_message_unref (m);
+  /* the packet reaches C before the Hello reply: C reads it */
+  pump_for (f, 100);
+}
+
+/* A group message that reaches a client between its admission and its
+ * Hello reply is not lost: it is checked and delivered after the reply. */
+static void
+test_early_message (Fixture *f, gconstpointer data)
+{
+  DBusConnection *c, *c_srv;
+  gchar *c_name;
+  DBusMessage *m;
+
+  if (g_test_failed () || f->a == NULL)
+    return;
+
+  c = open_client (f, 3, TRUE, a_writes_to_c, &c_srv, &c_name);
+  m = next_message (f, c);
+  g_assert_true (dbus_message_is_method_call (m, TEST_IFACE, "Early"));
+  g_assert_cmpstr (dbus_message_get_sender (m), ==, f->a_name);
+  dbus_message_unref (m);
+  assert_no_message (f, c, 100);
+  g_free (c_name);
+}
+
+/* A server that does not offer multicast answers NEGOTIATE_MULTICAST with
+ * ERROR; the client stays classic: everything goes to the server. */
+static void
+test_not_offered (Fixture *f, gconstpointer data)
+{
+  DBusMessage *m;
+
+  if (g_test_failed () || f->a == NULL)
+    return;
+
+  /* open_client() checked _dbus_connection_get_multicast_negotiated() is
+   * FALSE and Hello worked.  A message to B goes to the acceptor only. */
+  m = new_call (f->b_name, "Classic");
+  dbus_message_set_no_reply (m, TRUE);
+  send_flush (f, f->a, m);
+  dbus_message_unref (m);
+  m = next_message (f, f->a_srv);
+  g_assert_true (dbus_message_is_method_call (m, TEST_IFACE, "Classic"));
+  g_assert_null (dbus_message_get_sender (m)); /* not a member: no SENDER */
+  dbus_message_unref (m);
+  assert_no_message (f, f->b, 100);
+}
+
+int
+main (int argc, char **argv)
+{
+  g_test_init (&argc, &argv, NULL);
+  signal (SIGPIPE, SIG_IGN);
+  dbus_threads_init_default ();
+
+#define ADD(path, func, data) \
+  g_test_add (path, Fixture, data, setup, func, teardown)
+
+  ADD ("/mcast-member/unicast", test_unicast, NULL);
+  ADD ("/mcast-member/raw-member", test_raw_member, NULL);
+  ADD ("/mcast-member/routed/fd", test_routed, "fd");
+  ADD ("/mcast-member/routed/large", test_routed, "large");
+  ADD ("/mcast-member/broadcast", test_broadcast, NULL);
+  ADD ("/mcast-member/early-message", test_early_message, NULL);
+  ADD ("/mcast-member/not-offered", test_not_offered, "not offered");
+
+  return g_test_run ();
+}
+
+#else /* !UNIX_PASSID */
+
+/* Built against a <linux/un.h> without the multicast UAPI */
+static void
+test_no_uapi (void)
+{
+  g_test_skip ("built without the multicast AF_UNIX UAPI headers");
+}
+
+int
+main (int argc, char **argv)
+{
+  g_test_init (&argc, &argv, NULL);
+  g_test_add_func ("/mcast-member/uapi", test_no_uapi);
+  return g_test_run ();
+}
+
+#endif
