@@ -578,7 +578,6 @@ bus_mcast_members_remove_rule (BusMcastMembers  *members,
 {
   BusMcastConnection *mc = mcast_connection_get (connection);
   DBusMatchRule *rule;
-  DBusList *link;
 
   if (mc == NULL)
     return;
@@ -592,19 +591,8 @@ bus_mcast_members_remove_rule (BusMcastMembers  *members,
       return;
     }
 
-  /* Like dbus-daemon, RemoveMatch removes the most recent equal rule. */
-  for (link = _dbus_list_get_last_link (&mc->rules);
-       link != NULL;
-       link = _dbus_list_get_prev_link (&mc->rules, link))
-    {
-      if (_dbus_match_rule_equal (link->data, rule))
-        {
-          _dbus_match_rule_unref (link->data);
-          _dbus_list_remove_link (&mc->rules, link);
-          members->dirty = TRUE;
-          break;
-        }
-    }
+  if (_dbus_match_rule_list_remove (&mc->rules, rule))
+    members->dirty = TRUE;
 
   _dbus_match_rule_unref (rule);
 }

@@ -621,6 +621,29 @@ _dbus_match_rule_equal (const DBusMatchRule *a,
   return TRUE;
 }
 
+dbus_bool_t
+_dbus_match_rule_list_remove (DBusList           **rules,
+                              const DBusMatchRule *rule)
+{
+  DBusList *link;
+
+  /* Backwards, like dbus-daemon: equal rules may differ in what
+   * _dbus_match_rule_equal() does not compare (path_namespace) */
+  for (link = _dbus_list_get_last_link (rules);
+       link != NULL;
+       link = _dbus_list_get_prev_link (rules, link))
+    {
+      if (_dbus_match_rule_equal (link->data, rule))
+        {
+          _dbus_match_rule_unref (link->data);
+          _dbus_list_remove_link (rules, link);
+          return TRUE;
+        }
+    }
+
+  return FALSE;
+}
+
 /* Whether the connection a message is addressed to may own @name, given
  * only the message's DESTINATION @addressed: the bus (org.freedesktop.DBus)
  * owns no other name, a unique name owns no other unique name, and the

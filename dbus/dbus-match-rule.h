@@ -20,6 +20,7 @@
 #define DBUS_MATCH_RULE_H
 
 #include <dbus/dbus-internals.h>
+#include <dbus/dbus-list.h>
 #include <dbus/dbus-message.h>
 #include <dbus/dbus-string.h>
 
@@ -77,6 +78,11 @@ void           _dbus_match_rule_unref   (DBusMatchRule       *rule);
 DBUS_PRIVATE_EXPORT
 dbus_bool_t    _dbus_match_rule_equal   (const DBusMatchRule *a,
                                          const DBusMatchRule *b);
+/* What RemoveMatch does to a connection's rules: removes (and unrefs) the
+ * most recently added rule of @rules equal to @rule; FALSE if none */
+DBUS_PRIVATE_EXPORT
+dbus_bool_t    _dbus_match_rule_list_remove (DBusList           **rules,
+                                             const DBusMatchRule *rule);
 /* Whether @message (whose SENDER the transport has already checked against
  * the kernel's sender id) matches @rule, for the connection whose unique
  * name is @receiver.  A sender= key naming a well-known name cannot be

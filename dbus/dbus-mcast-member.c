@@ -254,26 +254,6 @@ track_call (DBusMcastMember *member,
   return NULL;
 }
 
-/* Removes one rule equal to rule from the connection's rules (what
- * RemoveMatch does in the daemon) */
-static void
-remove_rule (DBusMcastMember     *member,
-             const DBusMatchRule *rule)
-{
-  DBusList *link;
-
-  for (link = _dbus_list_get_first_link (&member->rules);
-       link != NULL;
-       link = _dbus_list_get_next_link (&member->rules, link))
-    {
-      if (_dbus_match_rule_equal (link->data, rule))
-        {
-          _dbus_match_rule_unref (link->data);
-          _dbus_list_remove_link (&member->rules, link);
-          return;
-        }
-    }
-}
 
 /* The daemon accepted (or, for a call without reply, will be taken to
  * accept) an AddMatch or RemoveMatch: the connection's rules are now
@@ -288,7 +268,7 @@ apply_rule (DBusMcastMember *member,
       call->rule_link = NULL;
     }
   else
-    remove_rule (member, call->rule);
+    _dbus_match_rule_list_remove (&member->rules, call->rule);
   call->applied = TRUE;
 }
 
@@ -321,7 +301,7 @@ answer_call (DBusMcastMember *member,
       if (is_return && !call->applied)
         apply_rule (member, call);
       else if (!is_return && call->applied && call->add_match)
-        remove_rule (member, call->rule); /* refused after all */
+        _dbus_match_rule_list_remove (&member->rules, call->rule); /* refused after all */
     }
 
   _dbus_hash_table_remove_uintptr (member->pending, serial);
