@@ -228,9 +228,12 @@ bus_mcast_routing_hand_over (DBusMessage *message)
 }
 
 DBusMessage *
-bus_mcast_routing_for_monitors (DBusMessage *message)
+bus_mcast_routing_for_recipient (DBusConnection *recipient,
+                                 DBusMessage    *message)
 {
-  if (arrival_of (message) == ARRIVED_STRAIGHT)
+  if (arrival_of (message) == ARRIVED_STRAIGHT &&
+      (!bus_mcast_members_is_member (recipient) ||
+       bus_connection_is_monitor (recipient)))
     return dbus_message_copy (message);
 
   return dbus_message_ref (message);

@@ -12,9 +12,12 @@
  * errors.  A message that came straight is routed like on a stock bus, and
  * once every recipient's copy has been written to its socket (when the
  * daemon lets go of the message) the sender gets the fence signal that
- * lets it write again (doc/design.md, "How a message flows").  Monitors
- * get their own copy of such a message, so that a monitor that stopped
- * reading never holds the fence back.
+ * lets it write again (doc/design.md, "How a message flows").  Only the
+ * members' copies matter for the order the fence keeps (classic clients
+ * get everything through the daemon, in order anyway): monitors and
+ * classic clients get their own copy of such a message, so that neither
+ * a monitor that stopped reading nor a slow classic client holds the
+ * fence back.
  *
  * Copyright (C) 2026 dbus-mcast contributors
  * Licensed under the Academic Free License version 2.1 or the GNU General
@@ -48,7 +51,8 @@ dbus_bool_t      bus_mcast_routing_received            (BusMcastRouting *routing
 dbus_bool_t      bus_mcast_routing_delivered_by_kernel (DBusConnection  *recipient,
                                                         DBusMessage     *message);
 void             bus_mcast_routing_hand_over           (DBusMessage     *message);
-DBusMessage     *bus_mcast_routing_for_monitors        (DBusMessage     *message);
+DBusMessage     *bus_mcast_routing_for_recipient       (DBusConnection  *recipient,
+                                                        DBusMessage     *message);
 void             bus_mcast_routing_execute_monitors_first (DBusList    **connections);
 void             bus_mcast_routing_fence               (BusMcastRouting *routing,
                                                         DBusConnection  *sender,
