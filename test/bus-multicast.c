@@ -2101,7 +2101,7 @@ is_from_test_or_reply (DBusMessage *m, gconstpointer data)
 
 /* A monitor that reads sees every message of an exchange, in order */
 static void
-test_monitor_reading (gconstpointer data)
+check_monitor_reading (gconstpointer data)
 {
   Peer *a = peer_new (PEER_MEMBER);
   Peer *b = peer_new (PEER_MEMBER);
@@ -2156,6 +2156,23 @@ test_monitor_reading (gconstpointer data)
   peer_free (monitor);
   peer_free (a);
   peer_free (b);
+}
+
+static void
+test_monitor_reading (gconstpointer data)
+{
+  /* Known difference (doc/design.md): a classic monitor sees members'
+   * traffic through dbus-daemon, which reads each member's copies from
+   * that member's own socket, so a reply may reach it after the next
+   * call; only a member monitor sees the kernel's order. */
+  if (peer_kind_from_string (data) != PEER_MEMBER && kernel_has_multicast ())
+    {
+      g_test_skip ("a classic monitor of a multicast bus sees members' "
+                   "messages in per-sender order only (doc/design.md)");
+      return;
+    }
+
+  check_monitor_reading (data);
 }
 
 /* ---- main ------------------------------------------------------------------- */
