@@ -139,12 +139,14 @@ bus_mcast_admission_admit (BusMcastMembers *members,
 dbus_bool_t
 bus_mcast_admission_monitor (BusMcastMembers *members,
                              DBusConnection  *connection,
+                             dbus_bool_t      selective,
                              DBusError       *error)
 {
-  if (!bus_mcast_members_become_monitor (members, connection, error))
+  if (!bus_mcast_members_become_monitor (members, connection, selective,
+                                         error))
     return FALSE;
 
-  if (!bus_mcast_members_is_member (connection))
+  if (!bus_mcast_members_gets_group_traffic (connection))
     return TRUE;
 
   return admit (connection, UNIX_MREQ_SEND_TO_PEER | UNIX_MREQ_DROP_WHEN_FULL,
@@ -167,9 +169,11 @@ bus_mcast_admission_admit (BusMcastMembers *members,
 dbus_bool_t
 bus_mcast_admission_monitor (BusMcastMembers *members,
                              DBusConnection  *connection,
+                             dbus_bool_t      selective,
                              DBusError       *error)
 {
-  return bus_mcast_members_become_monitor (members, connection, error);
+  return bus_mcast_members_become_monitor (members, connection, selective,
+                                           error);
 }
 
 #endif /* DBUS_HAVE_MCAST_UAPI */

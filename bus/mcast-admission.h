@@ -11,9 +11,10 @@
  * agreed gets, in this order, its kernel sender id, its peer filter, the
  * daemon's socket filter on its connection, and admission with
  * UNIX_MREQ_SEND_TO_PEER, all before the Hello reply is queued
- * (doc/design.md, "Promotion").  A member that becomes a monitor is
- * admitted again with UNIX_MREQ_DROP_WHEN_FULL: a monitor that stops
- * reading must never hold the bus back.  A configuration reload that
+ * (doc/design.md, "Promotion").  A member that becomes a monitor of
+ * everything is admitted again with UNIX_MREQ_DROP_WHEN_FULL: a monitor
+ * that stops reading must never hold the bus back.  One with match rules
+ * is served by the daemon, like a classic monitor.  A configuration reload that
  * makes the policy unfit for filters disconnects the members: they
  * reconnect and stay on the classic path.
  *
@@ -38,6 +39,7 @@ dbus_bool_t bus_mcast_admission_admit     (BusMcastMembers *members,
                                            DBusError       *error);
 dbus_bool_t bus_mcast_admission_monitor   (BusMcastMembers *members,
                                            DBusConnection  *connection,
+                                           dbus_bool_t      selective,
                                            DBusError       *error);
 
 #endif /* BUS_MCAST_ADMISSION_H */

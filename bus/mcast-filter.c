@@ -28,8 +28,8 @@
 #define DROP_VALUE 0u
 
 /* Every known header field appears at most once in a valid message, so this
- * many cover every message without unknown fields.  A message with more
- * fields is dropped by a member's filter and passed by the daemon's. */
+ * many cover every message a member may receive from the group (one with
+ * an unknown field goes through the daemon, see emit_header_walk()). */
 #define MAX_FIELDS 9
 
 /* Scratch words (M[]) */
@@ -663,8 +663,6 @@ emit_header_walk (BusMcastEmitter *e,
     { FIELD_WORD (DBUS_HEADER_FIELD_REPLY_SERIAL, 'u'), -1 },
     { FIELD_WORD (DBUS_HEADER_FIELD_UNIX_FDS, 'u'), FIELD_IS_BAD }
   };
-  /* types of fields with unknown codes that can be skipped */
-  static const char unknown_types[] = "sogbiu";
   static const int slots[] = { M_DESTINATION, M_SENDER, M_PATH, M_INTERFACE,
                                M_MEMBER, M_SIGNATURE };
   int i, j;
@@ -714,7 +712,6 @@ emit_header_walk (BusMcastEmitter *e,
   for (i = 0; i < MAX_FIELDS; i++)
     {
       int record[_DBUS_N_ELEMENTS (fields)];
-      int unknown = label_new (e);
       int skip_string = label_new (e);
       int skip_signature = label_new (e);
       int skip_u32 = label_new (e);
@@ -737,19 +734,11 @@ emit_header_walk (BusMcastEmitter *e,
 
       /* codes 1 to 9 with another type are invalid; higher codes are
        * skipped if their type is basic */
-      emit_jump (e, BPF_JMP | BPF_JGE | BPF_K, 10u << 24, unknown, bad);
-      label_place (e, unknown);
-      emit_stmt (e, BPF_ALU | BPF_AND | BPF_K, 0x00ffffff);
-      for (j = 0; unknown_types[j] != '\0'; j++)
-        {
-          char type = unknown_types[j];
-
-          emit_jump (e, BPF_JMP | BPF_JEQ | BPF_K,
-                     FIELD_WORD (0, type),
-                     type == 's' || type == 'o' ? skip_string
-                     : type == 'g' ? skip_signature : skip_u32,
-                     unknown_types[j + 1] != '\0' ? NEXT : bad);
-        }
+      /* Any other field, known code with another type or unknown code,
+       * goes where malformed packets go: dbus-daemon strips unknown
+       * fields before anyone sees them (HeaderFiltering), so such a
+       * message reaches members only through the daemon. */
+      emit_ja (e, bad);
 
       for (j = 0; j < (int) _DBUS_N_ELEMENTS (fields); j++)
         {

@@ -33,6 +33,11 @@ typedef struct
   DBusList *rules;             /**< DBusMatchRule *, in AddMatch order */
   dbus_bool_t member;          /**< admitted into the group */
   dbus_bool_t monitor;         /**< BecomeMonitor succeeded */
+  /** A monitor with match rules: the daemon copies to it what they
+   * match, as to a classic monitor, and its peer filter lets nothing
+   * from the group through (a filter cannot resolve the names in a
+   * monitor's destination= keys the way the daemon does) */
+  dbus_bool_t selective;
   DBusList *names;             /**< during a flush: the names it owns */
   BusMcastProgram peer_filter; /**< member: the program installed */
   BusMcastProgram own_filter;  /**< member: the daemon's program on its socket */
@@ -159,6 +164,16 @@ bus_mcast_members_is_member (DBusConnection *connection)
   BusMcastConnection *mc = mcast_connection_get (connection);
 
   return mc != NULL && mc->member;
+}
+
+/* Whether the kernel delivers group messages to @connection (then the
+ * daemon must not send them again) */
+dbus_bool_t
+bus_mcast_members_gets_group_traffic (DBusConnection *connection)
+{
+  BusMcastConnection *mc = mcast_connection_get (connection);
+
+  return mc != NULL && mc->member && !mc->selective;
 }
 
 int
@@ -299,7 +314,7 @@ compile_peer_filter (BusMcastMembers    *members,
       return FALSE;
     }
 
-  if (mc->monitor)
+  if (mc->monitor && !mc->selective)
     bus_mcast_filter_accept_all (filter);
 
   if (!bus_mcast_filter_add_name (filter,
@@ -509,12 +524,11 @@ bus_mcast_members_disconnected (BusMcastMembers *members,
   if (mc == NULL)
     return;
 
-  if (mc->member)
-    _dbus_list_remove (&members->members, mc);
-  else
-    _dbus_list_remove (&members->classic, mc);
+  /* a selective monitor is on both lists */
+  _dbus_list_remove (&members->members, mc);
+  _dbus_list_remove (&members->classic, mc);
 
-  if (mc->monitor && !mc->member)
+  if (mc->monitor && (!mc->member || mc->selective))
     members->n_classic_monitors -= 1;
 
   _dbus_list_clear_full (&mc->rules, (DBusFreeFunction) _dbus_match_rule_unref);
@@ -600,6 +614,7 @@ bus_mcast_members_remove_rule (BusMcastMembers  *members,
 dbus_bool_t
 bus_mcast_members_become_monitor (BusMcastMembers *members,
                                   DBusConnection  *connection,
+                                  dbus_bool_t      selective,
                                   DBusError       *error)
 {
   BusMcastConnection *mc;
@@ -618,10 +633,11 @@ bus_mcast_members_become_monitor (BusMcastMembers *members,
    * its BecomeMonitor rules match, through an accept-all filter. */
   _dbus_list_clear_full (&mc->rules, (DBusFreeFunction) _dbus_match_rule_unref);
 
-  if (!mc->member)
+  mc->selective = mc->member && selective;
+  if (!mc->member || mc->selective)
     {
-      /* A classic monitor is sent copies by the daemon, which therefore
-       * needs to see everything members send. */
+      /* A classic or selective monitor is sent copies by the daemon,
+       * which therefore needs to see everything members send. */
       _dbus_list_remove (&members->classic, mc);
       if (!_dbus_list_append (&members->classic, mc))
         {

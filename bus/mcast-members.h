@@ -34,6 +34,7 @@ dbus_bool_t      bus_mcast_members_add            (BusMcastMembers   *members,
                                                    DBusConnection    *connection,
                                                    DBusError         *error);
 dbus_bool_t      bus_mcast_members_is_member      (DBusConnection    *connection);
+dbus_bool_t      bus_mcast_members_gets_group_traffic (DBusConnection *connection);
 int              bus_mcast_members_get_n_members  (BusMcastMembers   *members);
 void             bus_mcast_members_disconnected   (BusMcastMembers   *members,
                                                    DBusConnection    *connection);
@@ -48,6 +49,7 @@ void             bus_mcast_members_remove_rule    (BusMcastMembers   *members,
                                                    const DBusString  *text);
 dbus_bool_t      bus_mcast_members_become_monitor (BusMcastMembers   *members,
                                                    DBusConnection    *connection,
+                                                   dbus_bool_t        selective,
                                                    DBusError         *error);
 void             bus_mcast_members_names_changed  (BusMcastMembers   *members);
 

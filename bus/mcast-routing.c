@@ -184,6 +184,7 @@ bus_mcast_routing_received (BusMcastRouting *routing,
 {
   const DBusString *header, *body;
   Arrival arrival;
+  int length;
 
   routing->stats.dispatched += 1;
   if (!bus_mcast_members_is_member (sender))
@@ -191,11 +192,18 @@ bus_mcast_routing_received (BusMcastRouting *routing,
 
   /* The sender's libdbus sends with MSG_DONTROUTE exactly the messages
    * the group cannot carry.  A member that sends anything else that way
-   * only has it routed as if it came from the group: to non-members. */
+   * only has it routed as if it came from the group: to non-members.
+   * A message with header fields the daemon does not know reached no
+   * member (their filters drop it): it is routed to all, stripped. */
+  _dbus_message_get_network_data (message, &header, &body);
+  length = _dbus_string_get_length (header) + _dbus_string_get_length (body);
+  if (!_dbus_message_remove_unknown_fields (message))
+    return FALSE;
+
   _dbus_message_get_network_data (message, &header, &body);
   if (dbus_message_contains_unix_fds (message) ||
-      _dbus_string_get_length (header) + _dbus_string_get_length (body) >
-      DBUS_SEQPACKET_FRAGMENT_SIZE)
+      length > DBUS_SEQPACKET_FRAGMENT_SIZE ||
+      _dbus_string_get_length (header) + _dbus_string_get_length (body) != length)
     {
       arrival = ARRIVED_STRAIGHT;
       routing->stats.straight += 1;
@@ -215,7 +223,7 @@ bus_mcast_routing_delivered_by_kernel (DBusConnection *recipient,
                                        DBusMessage    *message)
 {
   return arrival_slot >= 0 && arrival_of (message) == ARRIVED_FROM_GROUP &&
-         bus_mcast_members_is_member (recipient);
+         bus_mcast_members_gets_group_traffic (recipient);
 }
 
 void
