@@ -136,23 +136,6 @@ bus_mcast_admission_admit (BusMcastMembers *members,
   return TRUE;
 }
 
-dbus_bool_t
-bus_mcast_admission_monitor (BusMcastMembers *members,
-                             DBusConnection  *connection,
-                             dbus_bool_t      selective,
-                             DBusError       *error)
-{
-  if (!bus_mcast_members_become_monitor (members, connection, selective,
-                                         error))
-    return FALSE;
-
-  if (!bus_mcast_members_gets_group_traffic (connection))
-    return TRUE;
-
-  return admit (connection, UNIX_MREQ_SEND_TO_PEER | UNIX_MREQ_DROP_WHEN_FULL,
-                error);
-}
-
 #else /* !DBUS_HAVE_MCAST_UAPI */
 
 /* Built against kernel headers without the multicast UAPI: libdbus never
@@ -166,14 +149,26 @@ bus_mcast_admission_admit (BusMcastMembers *members,
   return TRUE;
 }
 
+#endif /* DBUS_HAVE_MCAST_UAPI */
+
 dbus_bool_t
 bus_mcast_admission_monitor (BusMcastMembers *members,
                              DBusConnection  *connection,
                              dbus_bool_t      selective,
                              DBusError       *error)
 {
-  return bus_mcast_members_become_monitor (members, connection, selective,
-                                           error);
-}
+  if (!bus_mcast_members_become_monitor (members, connection, selective,
+                                         error))
+    return FALSE;
 
-#endif /* DBUS_HAVE_MCAST_UAPI */
+  /* Without the UAPI nobody is a member, so nobody gets here */
+  if (!bus_mcast_members_gets_group_traffic (connection))
+    return TRUE;
+
+#ifdef DBUS_HAVE_MCAST_UAPI
+  return admit (connection, UNIX_MREQ_SEND_TO_PEER | UNIX_MREQ_DROP_WHEN_FULL,
+                error);
+#else
+  return TRUE;
+#endif
+}
