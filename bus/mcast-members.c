@@ -39,6 +39,7 @@ typedef struct
    * monitor's destination= keys the way the daemon does) */
   dbus_bool_t selective;
   DBusList *names;             /**< during a flush: the names it owns */
+  dbus_bool_t stale;           /**< member: its peer filter must be compiled again */
   BusMcastProgram peer_filter; /**< member: the program installed */
   BusMcastProgram own_filter;  /**< member: the daemon's program on its socket */
 } BusMcastConnection;
@@ -50,6 +51,8 @@ struct BusMcastMembers
   DBusList *classic;           /**< BusMcastConnection *, classic ones with rules */
   int n_classic_monitors;      /**< monitors the daemon must copy everything to */
   dbus_bool_t dirty;           /**< some filter may be out of date */
+  dbus_bool_t daemon_stale;    /**< daemon_program must be compiled again */
+  BusMcastProgram daemon_program; /**< what every member's own_filter should be */
 };
 
 static dbus_int32_t connection_slot = -1;
@@ -126,6 +129,19 @@ mcast_connection_ensure (DBusConnection *connection)
   return mc;
 }
 
+/* @mc's rules, or whether it is a monitor, changed: its peer filter if it
+ * is a member, the daemon's program if the daemon serves it */
+static void
+mark_stale (BusMcastMembers    *members,
+            BusMcastConnection *mc)
+{
+  if (mc->member)
+    mc->stale = TRUE;
+  if (!mc->member || mc->selective)
+    members->daemon_stale = TRUE;
+  members->dirty = TRUE;
+}
+
 BusMcastMembers *
 bus_mcast_members_new (BusContext *context)
 {
@@ -154,6 +170,7 @@ bus_mcast_members_free (BusMcastMembers *members)
   /* The connections own their BusMcastConnection */
   _dbus_list_clear (&members->members);
   _dbus_list_clear (&members->classic);
+  bus_mcast_program_clear (&members->daemon_program);
   dbus_free (members);
   dbus_connection_free_data_slot (&connection_slot);
 }
@@ -228,11 +245,9 @@ add_rules (BusMcastFilter     *filter,
   return TRUE;
 }
 
-/* The names every member owns now, in mc->names, and all of them in
- * @daemon_filter: the daemon does not need what members get directly. */
+/* The names every member owns now, in mc->names */
 static dbus_bool_t
 collect_names (BusMcastMembers *members,
-               BusMcastFilter  *daemon_filter,
                char          ***names)
 {
   BusRegistry *registry = bus_context_get_registry (members->context);
@@ -262,38 +277,67 @@ collect_names (BusMcastMembers *members,
       if (owner == NULL || !owner->member)
         continue;
 
-      if (!_dbus_list_append (&owner->names, (*names)[i]) ||
-          !bus_mcast_filter_add_name (daemon_filter, (*names)[i]))
+      if (!_dbus_list_append (&owner->names, (*names)[i]))
         return FALSE;
     }
 
   return TRUE;
 }
 
+/* The daemon's program: what classic clients' rules and monitors ask for,
+ * but not what is addressed to a member's name, which the kernel delivers
+ * to it directly.  Needs collect_names(). */
 static dbus_bool_t
 compile_daemon_filter (BusMcastMembers *members,
-                       BusMcastFilter  *filter,
                        BusMcastProgram *program,
                        DBusError       *error)
 {
   BusRegistry *registry = bus_context_get_registry (members->context);
-  DBusList *link;
+  BusMcastFilter *filter;
+  DBusList *link, *name;
+  dbus_bool_t ok = FALSE;
+
+  filter = bus_mcast_filter_new (BUS_MCAST_FILTER_DAEMON);
+  if (filter == NULL)
+    {
+      BUS_SET_OOM (error);
+      return FALSE;
+    }
 
   if (members->n_classic_monitors > 0)
     bus_mcast_filter_accept_all (filter);
+
+  for (link = _dbus_list_get_first_link (&members->members);
+       link != NULL;
+       link = _dbus_list_get_next_link (&members->members, link))
+    {
+      BusMcastConnection *mc = link->data;
+
+      for (name = _dbus_list_get_first_link (&mc->names);
+           name != NULL;
+           name = _dbus_list_get_next_link (&mc->names, name))
+        {
+          if (!bus_mcast_filter_add_name (filter, name->data))
+            goto oom;
+        }
+    }
 
   for (link = _dbus_list_get_first_link (&members->classic);
        link != NULL;
        link = _dbus_list_get_next_link (&members->classic, link))
     {
       if (!add_rules (filter, registry, link->data))
-        {
-          BUS_SET_OOM (error);
-          return FALSE;
-        }
+        goto oom;
     }
 
-  return bus_mcast_filter_compile (filter, program, error);
+  ok = bus_mcast_filter_compile (filter, program, error);
+  goto out;
+
+ oom:
+  BUS_SET_OOM (error);
+ out:
+  bus_mcast_filter_free (filter);
+  return ok;
 }
 
 static dbus_bool_t
@@ -384,63 +428,70 @@ set_program (DBusConnection        *connection,
 }
 
 /* Bring @mc's two programs up to date; both are in the kernel when this
- * returns TRUE. */
+ * returns TRUE.  Its peer filter is compiled again only when it is stale:
+ * one member's AddMatch must not cost a compilation for every member. */
 static dbus_bool_t
 update_member (BusMcastMembers       *members,
                BusMcastConnection    *mc,
                const BusMcastProgram *daemon_program,
                DBusError             *error)
 {
+#ifdef DBUS_HAVE_MCAST_UAPI
   BusMcastProgram peer = { NULL, 0, BUS_MCAST_PRECISION_EXACT };
   dbus_bool_t ok;
 
-  if (!compile_peer_filter (members, mc, &peer, error))
-    return FALSE;
-
   /* The member's own filter first: a name it gains reaches it before the
    * daemon stops receiving it (doc/design.md). */
-#ifdef DBUS_HAVE_MCAST_UAPI
-  ok = set_program (mc->connection, SOL_UNIX, UNIX_PEER_FILTER, &peer,
-                    &mc->peer_filter, error) &&
-       set_program (mc->connection, SOL_SOCKET, SO_ATTACH_FILTER,
-                    daemon_program, &mc->own_filter, error);
+  if (mc->stale)
+    {
+      ok = compile_peer_filter (members, mc, &peer, error) &&
+           set_program (mc->connection, SOL_UNIX, UNIX_PEER_FILTER, &peer,
+                        &mc->peer_filter, error);
+      bus_mcast_program_clear (&peer);
+      if (!ok)
+        return FALSE;
+      mc->stale = FALSE;
+    }
+
+  return set_program (mc->connection, SOL_SOCKET, SO_ATTACH_FILTER,
+                      daemon_program, &mc->own_filter, error);
 #else
   /* Unreachable: without the UAPI nobody is admitted (mcast-admission.c) */
   dbus_set_error_const (error, DBUS_ERROR_NOT_SUPPORTED,
                         "Built without the kernel's multicast interface");
-  ok = FALSE;
+  return FALSE;
 #endif
-  bus_mcast_program_clear (&peer);
-  return ok;
 }
 
 void
 bus_mcast_members_flush (BusMcastMembers *members)
 {
   BusMcastProgram daemon_program = { NULL, 0, BUS_MCAST_PRECISION_EXACT };
-  BusMcastFilter *daemon_filter;
   DBusList *link, *next;
   DBusError error = DBUS_ERROR_INIT;
   char **names = NULL;
 
-  if (members == NULL || !members->dirty)
+  /* The programs live on members' sockets: without members there is
+   * nothing to install, and the marks wait for the first one. */
+  if (members == NULL || !members->dirty || members->members == NULL)
     return;
 
-  daemon_filter = bus_mcast_filter_new (BUS_MCAST_FILTER_DAEMON);
-  if (daemon_filter == NULL)
+  if (!collect_names (members, &names))
     {
       BUS_SET_OOM (&error);
       goto failed;
     }
 
-  if (!collect_names (members, daemon_filter, &names))
+  if (members->daemon_stale)
     {
-      BUS_SET_OOM (&error);
-      goto failed;
-    }
+      if (!compile_daemon_filter (members, &daemon_program, &error))
+        goto failed;
 
-  if (!compile_daemon_filter (members, daemon_filter, &daemon_program, &error))
-    goto failed;
+      bus_mcast_program_clear (&members->daemon_program);
+      members->daemon_program = daemon_program;
+      daemon_program.insns = NULL;
+      members->daemon_stale = FALSE;
+    }
 
   for (link = _dbus_list_get_first_link (&members->members);
        link != NULL;
@@ -449,7 +500,7 @@ bus_mcast_members_flush (BusMcastMembers *members)
       BusMcastConnection *mc = link->data;
 
       next = _dbus_list_get_next_link (&members->members, link);
-      if (update_member (members, mc, &daemon_program, &error))
+      if (update_member (members, mc, &members->daemon_program, &error))
         continue;
 
       /* A member whose filter cannot be brought up to date would receive
@@ -477,8 +528,6 @@ bus_mcast_members_flush (BusMcastMembers *members)
     _dbus_list_clear (&((BusMcastConnection *) link->data)->names);
   dbus_free_string_array (names);
   bus_mcast_program_clear (&daemon_program);
-  if (daemon_filter != NULL)
-    bus_mcast_filter_free (daemon_filter);
 }
 
 dbus_bool_t
@@ -498,7 +547,9 @@ bus_mcast_members_add (BusMcastMembers *members,
   /* A classic connection has no rules yet: it sent nothing but Hello. */
   _dbus_assert (mc->rules == NULL);
   mc->member = TRUE;
-  members->dirty = TRUE;
+  mark_stale (members, mc);
+  /* What it will own leaves the daemon's program */
+  members->daemon_stale = TRUE;
 
   /* Its filters must be in place before it is admitted. */
   bus_mcast_members_flush (members);
@@ -534,6 +585,8 @@ bus_mcast_members_disconnected (BusMcastMembers *members,
   _dbus_list_clear_full (&mc->rules, (DBusFreeFunction) _dbus_match_rule_unref);
   mc->member = FALSE;
   mc->monitor = FALSE;
+  /* Its rules, names or monitoring leave the daemon's program */
+  members->daemon_stale = TRUE;
   members->dirty = TRUE;
 }
 
@@ -576,7 +629,7 @@ bus_mcast_members_add_rule (BusMcastMembers  *members,
       goto oom;
     }
 
-  members->dirty = TRUE;
+  mark_stale (members, mc);
   return TRUE;
 
  oom:
@@ -599,14 +652,13 @@ bus_mcast_members_remove_rule (BusMcastMembers  *members,
   rule = _dbus_match_rule_parse (text, NULL);
   if (rule == NULL)
     {
-      /* Out of memory: the filter keeps passing what the rule asked for,
-       * which libdbus drops (doc/design.md); the next change retries. */
-      members->dirty = TRUE;
+      /* Out of memory: the rule stays, and the filter keeps passing what
+       * it asked for, which libdbus drops (doc/design.md). */
       return;
     }
 
   if (_dbus_match_rule_list_remove (&mc->rules, rule))
-    members->dirty = TRUE;
+    mark_stale (members, mc);
 
   _dbus_match_rule_unref (rule);
 }
@@ -648,13 +700,30 @@ bus_mcast_members_become_monitor (BusMcastMembers *members,
     }
 
   mc->monitor = TRUE;
-  members->dirty = TRUE;
+  mark_stale (members, mc);
   return TRUE;
 }
 
 void
-bus_mcast_members_names_changed (BusMcastMembers *members)
+bus_mcast_members_name_owner_changed (BusMcastMembers *members,
+                                      const char      *name)
 {
-  if (members != NULL)
-    members->dirty = TRUE;
+  DBusList *link;
+
+  if (members == NULL)
+    return;
+
+  /* The daemon's program leaves members what they own */
+  members->daemon_stale = TRUE;
+  members->dirty = TRUE;
+
+  /* A unique name is compiled as itself; a well-known one, which rules'
+   * sender= keys and members' own names use, may be in any program. */
+  if (name[0] == ':')
+    return;
+
+  for (link = _dbus_list_get_first_link (&members->members);
+       link != NULL;
+       link = _dbus_list_get_next_link (&members->members, link))
+    ((BusMcastConnection *) link->data)->stale = TRUE;
 }

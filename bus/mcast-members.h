@@ -8,12 +8,12 @@
  * passes (doc/design.md).  Both programs are functions of the bus state:
  * who owns which name, and every connection's match rules (classic
  * clients' rules decide which broadcasts the daemon must see).  This
- * module keeps that state per connection, marks the bus dirty when it
- * changes, and recompiles (bus/mcast-filter.h) and replaces the programs
- * that changed in bus_mcast_members_flush(), which dbus-daemon calls before
- * any transaction's messages go out: a client that receives the reply to
- * its AddMatch or RequestName, or a NameOwnerChanged, finds the kernel
- * filters already updated.
+ * module keeps that state per connection, marks the programs a change
+ * affects as stale, and recompiles (bus/mcast-filter.h) and replaces them
+ * in bus_mcast_members_flush(), which dbus-daemon calls before any
+ * transaction's messages go out: a client that receives the reply to its
+ * AddMatch or RequestName, or a NameOwnerChanged, finds the kernel filters
+ * already updated.  A bus without members compiles nothing.
  *
  * Copyright (C) 2026 dbus-mcast contributors
  * Licensed under the Academic Free License version 2.1 or the GNU General
@@ -51,7 +51,8 @@ dbus_bool_t      bus_mcast_members_become_monitor (BusMcastMembers   *members,
                                                    DBusConnection    *connection,
                                                    dbus_bool_t        selective,
                                                    DBusError         *error);
-void             bus_mcast_members_names_changed  (BusMcastMembers   *members);
+void             bus_mcast_members_name_owner_changed (BusMcastMembers *members,
+                                                       const char      *name);
 
 void             bus_mcast_members_flush          (BusMcastMembers   *members);
 
