@@ -186,6 +186,10 @@ bus_mcast_routing_received (BusMcastRouting *routing,
   Arrival arrival;
   int length;
 
+  /* libdbus's own Disconnected signal was read from no client */
+  if (dbus_message_has_interface (message, DBUS_INTERFACE_LOCAL))
+    return TRUE;
+
   routing->stats.dispatched += 1;
   if (!bus_mcast_members_is_member (sender))
     return TRUE;
