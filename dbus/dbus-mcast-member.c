@@ -628,6 +628,9 @@ accept_from_peer (DBusMcastMember *member,
  * @param data the buffer holding the packet
  * @param start where it starts
  * @param len its length
+ * @param checked if not #NULL, where to return the message loaded for
+ *   the check when it is kept (the caller owns it), so that it need not
+ *   be loaded again
  * @returns what to do with it
  */
 DBusMcastVerdict
@@ -635,7 +638,8 @@ _dbus_mcast_member_from_peer (DBusMcastMember  *member,
                               dbus_uint64_t     sender_id,
                               const DBusString *data,
                               int               start,
-                              int               len)
+                              int               len,
+                              DBusMessage     **checked)
 {
   const char *packet = _dbus_string_get_const_data_len (data, start, len);
   DBusError error = DBUS_ERROR_INIT;
@@ -689,6 +693,12 @@ _dbus_mcast_member_from_peer (DBusMcastMember  *member,
       if (!accepted)
         _dbus_verbose ("dbus-mcast: dropping an unsolicited message from %s\n",
                        name);
+    }
+
+  if (accepted && checked != NULL)
+    {
+      *checked = message;
+      return DBUS_MCAST_KEEP;
     }
 
   dbus_message_unref (message);

@@ -70,7 +70,8 @@ DBusMcastVerdict _dbus_mcast_member_from_peer   (DBusMcastMember  *member,
                                                  dbus_uint64_t     sender_id,
                                                  const DBusString *data,
                                                  int               start,
-                                                 int               len);
+                                                 int               len,
+                                                 DBusMessage     **checked);
 
 DBUS_END_DECLS
 

@@ -47,6 +47,9 @@ struct DBusSeqpacketFraming
   /** For a member: DeferredPacket from the group that arrived before the
    * Hello reply */
   DBusList *deferred;
+  /** For a member: the message of the group packet just read, as its
+   * check loaded it, for the transport to queue instead of the bytes */
+  DBusMessage *checked;
 };
 
 /** A group packet kept until the Hello reply */
@@ -88,6 +91,8 @@ _dbus_seqpacket_framing_free (DBusSeqpacketFraming *framing)
       _dbus_mcast_member_free (framing->member);
       _dbus_string_free (&framing->daemon_message);
       _dbus_list_clear_full (&framing->deferred, dbus_free);
+      if (framing->checked != NULL)
+        dbus_message_unref (framing->checked);
     }
   dbus_free (framing);
 }
@@ -531,7 +536,9 @@ defer_packet (DBusSeqpacketFraming *framing,
 
 /* A member's packet from another member (sender id not 0): one message
  * or nothing; refused packets are dropped, not treated as a violation.
- * Returns got. */
+ * A kept message leaves buffer as the message its check loaded, in
+ * framing->checked, so that the loader does not parse it again; that
+ * keeps the order only when nothing else waits in buffer.  Returns got. */
 static int
 peer_packet (DBusSeqpacketFraming *framing,
              dbus_uint64_t         sender_id,
@@ -539,11 +546,18 @@ peer_packet (DBusSeqpacketFraming *framing,
              int                   start,
              int                   got)
 {
+  DBusMessage *message = NULL;
+  dbus_bool_t take_message = start == 0 && framing->checked == NULL;
+
   switch (_dbus_mcast_member_from_peer (framing->member, sender_id,
-                                        buffer, start, got))
+                                        buffer, start, got,
+                                        take_message ? &message : NULL))
     {
     case DBUS_MCAST_KEEP:
-      return got;
+      if (message == NULL)
+        return got;
+      framing->checked = message;
+      break;
     case DBUS_MCAST_DEFER:
       defer_packet (framing, sender_id, buffer, start, got);
       break;
@@ -576,7 +590,7 @@ replay_deferred (DBusSeqpacketFraming *framing,
       if (!_dbus_string_append_len (buffer, packet->data, packet->len))
         _dbus_verbose ("dbus-mcast: no memory for an early group message, dropped\n");
       else if (_dbus_mcast_member_from_peer (framing->member, packet->sender_id,
-                                             &str, 0, packet->len) != DBUS_MCAST_KEEP)
+                                             &str, 0, packet->len, NULL) != DBUS_MCAST_KEEP)
         _dbus_string_set_length (buffer, start);
       dbus_free (packet);
     }
@@ -703,6 +717,24 @@ _dbus_seqpacket_read_message (DBusSeqpacketFraming *framing,
     return daemon_packet (framing, buffer, start, got);
 
   return got;
+}
+
+/**
+ * The message of the group packet _dbus_seqpacket_read_message() just
+ * read, if its check loaded it and left nothing for the loader: the
+ * transport queues it in the loader (_dbus_message_loader_queue_loaded_message())
+ * after returning the buffer.
+ *
+ * @param framing the connection's receive-side state
+ * @returns the message, owned by the caller, or #NULL
+ */
+DBusMessage *
+_dbus_seqpacket_take_checked_message (DBusSeqpacketFraming *framing)
+{
+  DBusMessage *message = framing->checked;
+
+  framing->checked = NULL;
+  return message;
 }
 
 /**

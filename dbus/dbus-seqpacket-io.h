@@ -76,6 +76,7 @@ int _dbus_seqpacket_read_message   (DBusSeqpacketFraming *framing,
                                     DBusString           *buffer,
                                     int                  *fds,
                                     unsigned int         *n_fds);
+DBusMessage *_dbus_seqpacket_take_checked_message (DBusSeqpacketFraming *framing);
 int _dbus_seqpacket_write_message  (DBusSeqpacketFraming *framing,
                                     DBusSocket            fd,
                                     const DBusString     *header,
