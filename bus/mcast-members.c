@@ -286,23 +286,13 @@ collect_names (BusMcastMembers *members,
 
 /* The daemon's program: what classic clients' rules and monitors ask for,
  * but not what is addressed to a member's name, which the kernel delivers
- * to it directly.  Needs collect_names(). */
+ * to it directly.  Needs collect_names().  FALSE on OOM. */
 static dbus_bool_t
-compile_daemon_filter (BusMcastMembers *members,
-                       BusMcastProgram *program,
-                       DBusError       *error)
+fill_daemon_filter (BusMcastMembers *members,
+                    BusMcastFilter  *filter)
 {
   BusRegistry *registry = bus_context_get_registry (members->context);
-  BusMcastFilter *filter;
   DBusList *link, *name;
-  dbus_bool_t ok = FALSE;
-
-  filter = bus_mcast_filter_new (BUS_MCAST_FILTER_DAEMON);
-  if (filter == NULL)
-    {
-      BUS_SET_OOM (error);
-      return FALSE;
-    }
 
   if (members->n_classic_monitors > 0)
     bus_mcast_filter_accept_all (filter);
@@ -318,7 +308,7 @@ compile_daemon_filter (BusMcastMembers *members,
            name = _dbus_list_get_next_link (&mc->names, name))
         {
           if (!bus_mcast_filter_add_name (filter, name->data))
-            goto oom;
+            return FALSE;
         }
     }
 
@@ -327,61 +317,68 @@ compile_daemon_filter (BusMcastMembers *members,
        link = _dbus_list_get_next_link (&members->classic, link))
     {
       if (!add_rules (filter, registry, link->data))
-        goto oom;
+        return FALSE;
     }
 
-  ok = bus_mcast_filter_compile (filter, program, error);
-  goto out;
-
- oom:
-  BUS_SET_OOM (error);
- out:
-  bus_mcast_filter_free (filter);
-  return ok;
+  return TRUE;
 }
 
+/* A member's program: its own names and its own rules.  FALSE on OOM. */
 static dbus_bool_t
-compile_peer_filter (BusMcastMembers    *members,
-                     BusMcastConnection *mc,
-                     BusMcastProgram    *program,
-                     DBusError          *error)
+fill_peer_filter (BusMcastMembers    *members,
+                  BusMcastConnection *mc,
+                  BusMcastFilter     *filter)
 {
   BusRegistry *registry = bus_context_get_registry (members->context);
-  BusMcastFilter *filter;
   DBusList *link;
-  dbus_bool_t ok = FALSE;
-
-  filter = bus_mcast_filter_new (BUS_MCAST_FILTER_MEMBER);
-  if (filter == NULL)
-    {
-      BUS_SET_OOM (error);
-      return FALSE;
-    }
 
   if (mc->monitor && !mc->selective)
     bus_mcast_filter_accept_all (filter);
 
   if (!bus_mcast_filter_add_name (filter,
                                   bus_connection_get_name (mc->connection)))
-    goto oom;
+    return FALSE;
 
   for (link = _dbus_list_get_first_link (&mc->names);
        link != NULL;
        link = _dbus_list_get_next_link (&mc->names, link))
     {
       if (!bus_mcast_filter_add_name (filter, link->data))
-        goto oom;
+        return FALSE;
     }
 
-  if (!add_rules (filter, registry, mc))
-    goto oom;
+  return add_rules (filter, registry, mc);
+}
 
-  ok = bus_mcast_filter_compile (filter, program, error);
-  goto out;
+/* Compiles the program of the daemon (@mc NULL) or of member @mc. */
+static dbus_bool_t
+compile_filter (BusMcastMembers    *members,
+                BusMcastConnection *mc,
+                BusMcastProgram    *program,
+                DBusError          *error)
+{
+  BusMcastFilter *filter;
+  dbus_bool_t filled;
+  dbus_bool_t ok = FALSE;
 
- oom:
-  BUS_SET_OOM (error);
- out:
+  filter = bus_mcast_filter_new (mc == NULL ? BUS_MCAST_FILTER_DAEMON
+                                            : BUS_MCAST_FILTER_MEMBER);
+  if (filter == NULL)
+    {
+      BUS_SET_OOM (error);
+      return FALSE;
+    }
+
+  if (mc == NULL)
+    filled = fill_daemon_filter (members, filter);
+  else
+    filled = fill_peer_filter (members, mc, filter);
+
+  if (filled)
+    ok = bus_mcast_filter_compile (filter, program, error);
+  else
+    BUS_SET_OOM (error);
+
   bus_mcast_filter_free (filter);
   return ok;
 }
@@ -444,7 +441,7 @@ update_member (BusMcastMembers       *members,
    * daemon stops receiving it (doc/design.md). */
   if (mc->stale)
     {
-      ok = compile_peer_filter (members, mc, &peer, error) &&
+      ok = compile_filter (members, mc, &peer, error) &&
            set_program (mc->connection, SOL_UNIX, UNIX_PEER_FILTER, &peer,
                         &mc->peer_filter, error);
       bus_mcast_program_clear (&peer);
@@ -484,7 +481,7 @@ bus_mcast_members_flush (BusMcastMembers *members)
 
   if (members->daemon_stale)
     {
-      if (!compile_daemon_filter (members, &daemon_program, &error))
+      if (!compile_filter (members, NULL, &daemon_program, &error))
         goto failed;
 
       bus_mcast_program_clear (&members->daemon_program);
