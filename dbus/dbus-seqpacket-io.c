@@ -226,7 +226,13 @@ discard_packet (DBusString   *buffer,
  * kernel's sender id of the packet.  Returns the packet length, 0 at end
  * of stream, -1 with errno set on error (EPROTO: the packet is longer
  * than max_len and was discarded, or has no sender id; ENOSPC: more fds
- * than we have room for). */
+ * than we have room for).
+ *
+ * One recvmsg() per packet: buffer is lengthened by max_len first, so
+ * the packet's length need not be asked for (recv (MSG_PEEK | MSG_TRUNC))
+ * and a failed allocation leaves the packet in the socket.  The buffer's
+ * allocation keeps that size between reads; the message loader compacts
+ * it when it parses a message. */
 static int
 read_packet (DBusSocket     fd,
              DBusString    *buffer,
@@ -237,7 +243,6 @@ read_packet (DBusSocket     fd,
 {
   struct msghdr m;
   struct iovec iov;
-  ssize_t size;
   ssize_t got;
   int start;
   unsigned int max_fds = 0;
@@ -251,39 +256,15 @@ read_packet (DBusSocket     fd,
       *n_fds = 0;
     }
 
- again:
-  /* How long is the next packet?  MSG_TRUNC makes recv() return the
-   * real length even though we read nothing. */
-  size = recv (fd.fd, NULL, 0, MSG_PEEK | MSG_TRUNC);
-  if (size < 0)
-    {
-      if (errno == EINTR)
-        goto again;
-      return -1;
-    }
-
-  if (size == 0)
-    return 0; /* end of stream: our peers never send empty packets */
-
-  if (size > max_len)
-    {
-      _dbus_verbose ("SOCK_SEQPACKET: discarding a %ld-byte packet (limit %d)\n",
-                     (long) size, max_len);
-      /* Drop it (attached fds are closed by the kernel) */
-      (void) recv (fd.fd, NULL, 0, MSG_TRUNC);
-      errno = EPROTO;
-      return -1;
-    }
-
   start = _dbus_string_get_length (buffer);
-  if (!_dbus_string_lengthen (buffer, size))
+  if (!_dbus_string_lengthen (buffer, max_len))
     {
       errno = ENOMEM;
       return -1;
     }
 
-  iov.iov_base = _dbus_string_get_data_len (buffer, start, size);
-  iov.iov_len = size;
+  iov.iov_base = _dbus_string_get_data_len (buffer, start, max_len);
+  iov.iov_len = max_len;
   _DBUS_ZERO (m);
   m.msg_iov = &iov;
   m.msg_iovlen = 1;
@@ -308,7 +289,8 @@ read_packet (DBusSocket     fd,
     }
 
  again_recv:
-  got = recvmsg (fd.fd, &m, MSG_CMSG_CLOEXEC);
+  /* MSG_TRUNC: the packet's real length, even when longer than max_len */
+  got = recvmsg (fd.fd, &m, MSG_CMSG_CLOEXEC | MSG_TRUNC);
   if (got < 0)
     {
       if (errno == EINTR)
@@ -363,8 +345,20 @@ read_packet (DBusSocket     fd,
         }
     }
 
-  if (got != size || (m.msg_flags & MSG_TRUNC))
-    return discard_packet (buffer, start, fds, n_fds, EPROTO);
+  if (got == 0)
+    {
+      /* End of stream: our peers never send empty packets */
+      (void) discard_packet (buffer, start, fds, n_fds, 0);
+      return 0;
+    }
+
+  if (got > max_len || (m.msg_flags & MSG_TRUNC))
+    {
+      /* The kernel dropped the rest of it (and closed fds beyond ours) */
+      _dbus_verbose ("SOCK_SEQPACKET: discarding a %ld-byte packet (limit %d)\n",
+                     (long) got, max_len);
+      return discard_packet (buffer, start, fds, n_fds, EPROTO);
+    }
 
   if (sender_id != NULL && !have_id)
     {
@@ -373,6 +367,7 @@ read_packet (DBusSocket     fd,
       return discard_packet (buffer, start, fds, n_fds, EPROTO);
     }
 
+  _dbus_string_set_length (buffer, start + got);
   return got;
 }
 
