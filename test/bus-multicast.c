@@ -1654,6 +1654,40 @@ test_forged_sender (gconstpointer data)
   peer_free (receiver);
 }
 
+/* The raw client signs a unicast with its own unique name spelt with a
+ * leading zero (":1.07" for ":1.7"), a name the bus never gives: a member
+ * drops it, where a daemon would have replaced SENDER with the real name */
+static void
+test_misspelt_sender (gconstpointer data)
+{
+  Raw *r = raw_new (bus_address);
+  Peer *receiver = peer_new (PEER_MEMBER);
+  const gchar *dot = strchr (r->name, '.');
+  gchar *misspelt;
+  DBusMessage *m;
+
+  g_assert_nonnull (dot);
+  misspelt = g_strdup_printf ("%.*s.0%s", (int) (dot - r->name), r->name, dot + 1);
+
+  m = new_signal (TEST_PATH, TEST_IFACE, "Misspelt", "", 1);
+  dbus_message_set_destination (m, receiver->name);
+  raw_send (r, m, misspelt);
+  dbus_message_unref (m);
+  m = new_signal (TEST_PATH, TEST_IFACE, "Genuine", "", 2);
+  dbus_message_set_destination (m, receiver->name);
+  raw_send (r, m, r->name);
+  dbus_message_unref (m);
+
+  m = peer_wait (receiver, is_from_test, NULL);
+  g_assert_cmpstr (dbus_message_get_sender (m), ==, r->name);
+  g_assert_cmpstr (dbus_message_get_member (m), ==,
+                   r->promoted ? "Genuine" : "Misspelt");
+  dbus_message_unref (m);
+  g_free (misspelt);
+  raw_free (r);
+  peer_free (receiver);
+}
+
 typedef enum
 {
   BAD_GARBAGE,
@@ -2255,6 +2289,7 @@ main (int    argc,
     {
       ADDF (test_forged_sender, kinds[i], "/security/raw/forged-sender/%s", kinds[i]);
     }
+  ADD ("/security/raw/misspelt-sender", test_misspelt_sender, NULL);
   for (i = 0; i < G_N_ELEMENTS (bad); i++)
     ADDF (test_bad_packets, GINT_TO_POINTER (i), "/security/raw/bad-packet/%s", bad[i]);
   ADD ("/security/raw/filter-tamper", test_filter_tamper, NULL);
