@@ -13,9 +13,9 @@
 #include "mcast-admission.h"
 
 #include <errno.h>
-#include <stdlib.h>
 #include <string.h>
 #include <dbus/dbus-connection-internal.h>
+#include <dbus/dbus-mcast-member.h>
 #include <dbus/dbus-mcast-uapi.h>
 #include <dbus/dbus-server-socket.h>
 #include <dbus/dbus-sysdeps.h>
@@ -39,29 +39,6 @@ bus_mcast_admission_configure (BusMcastMembers *members,
 }
 
 #ifdef DBUS_HAVE_MCAST_UAPI
-
-/* The kernel sender id of a unique name ":MAJOR.MINOR" (driver.c makes
- * them), MAJOR << 32 | MINOR; 0, the daemon's own id, if it is not one. */
-static dbus_uint64_t
-sender_id_of (const char *unique_name)
-{
-  unsigned long major, minor;
-  char *end;
-
-  if (unique_name == NULL || unique_name[0] != ':')
-    return 0;
-
-  errno = 0;
-  major = strtoul (unique_name + 1, &end, 10);
-  if (errno != 0 || *end != '.' || major == 0 || major > 0xffffffffUL)
-    return 0;
-
-  minor = strtoul (end + 1, &end, 10);
-  if (errno != 0 || *end != '\0' || minor > 0xffffffffUL)
-    return 0;
-
-  return ((dbus_uint64_t) major << 32) | minor;
-}
 
 static dbus_bool_t
 set_option (int          fd,
@@ -111,7 +88,7 @@ bus_mcast_admission_admit (BusMcastMembers *members,
   if (!_dbus_connection_get_multicast_negotiated (connection))
     return TRUE;
 
-  id = sender_id_of (bus_connection_get_name (connection));
+  id = _dbus_mcast_sender_id_of_name (bus_connection_get_name (connection));
   if (id == 0 || !dbus_connection_get_socket (connection, &fd))
     {
       dbus_set_error (error, DBUS_ERROR_FAILED,

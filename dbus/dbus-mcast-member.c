@@ -581,7 +581,7 @@ matches_a_rule (DBusMcastMember *member,
   return FALSE;
 }
 
-/* Parses the decimal number at *p, written as the bus writes it (no
+/* Parses the decimal number at *p, written as dbus-daemon writes it (no
  * sign, no leading zero), and moves *p past it. */
 static dbus_bool_t
 parse_name_number (const char    **p,
@@ -605,28 +605,34 @@ parse_name_number (const char    **p,
   return TRUE;
 }
 
-/* Whether sender is the unique name ":MAJOR.MINOR" of the kernel's
- * sender id MAJOR << 32 | MINOR.  Parsed rather than formatted: this runs
- * for every group message, and snprintf() showed in its profile. */
-static dbus_bool_t
-sender_has_id (const char    *sender,
-               dbus_uint64_t  sender_id)
+/**
+ * The kernel sender id that belongs to a unique name: MAJOR << 32 | MINOR
+ * for ":MAJOR.MINOR" as dbus-daemon writes it (decimal, no leading zero,
+ * MAJOR not 0).  The daemon sets it on the member it admits, and a
+ * member checks every group message's SENDER against it, so both must
+ * read a name the same way.  Parsed rather than formatted: a member does
+ * it for every group message, and snprintf() showed in its profile.
+ *
+ * @param name a bus name, or #NULL
+ * @returns the id, or 0 (the daemon's own id) if name is not such a name
+ */
+dbus_uint64_t
+_dbus_mcast_sender_id_of_name (const char *name)
 {
   dbus_uint32_t major, minor;
 
-  if (sender == NULL || *sender != ':')
-    return FALSE;
-  sender++;
+  if (name == NULL || *name != ':')
+    return 0;
+  name++;
 
-  if (!parse_name_number (&sender, &major) || *sender != '.')
-    return FALSE;
-  sender++;
+  if (!parse_name_number (&name, &major) || major == 0 || *name != '.')
+    return 0;
+  name++;
 
-  if (!parse_name_number (&sender, &minor) || *sender != '\0')
-    return FALSE;
+  if (!parse_name_number (&name, &minor) || *name != '\0')
+    return 0;
 
-  return major == (dbus_uint32_t) (sender_id >> 32) &&
-         minor == (dbus_uint32_t) (sender_id & 0xffffffffu);
+  return ((dbus_uint64_t) major << 32) | minor;
 }
 
 /* The checks of doc/design.md "What a member's libdbus checks", on a
@@ -724,7 +730,7 @@ _dbus_mcast_member_from_peer (DBusMcastMember  *member,
 
   sender = dbus_message_get_sender (message);
 
-  if (!sender_has_id (sender, sender_id))
+  if (_dbus_mcast_sender_id_of_name (sender) != sender_id)
     {
       _dbus_verbose ("dbus-mcast: dropping a message from :%u.%u claiming to be from %s\n",
                      (unsigned int) (sender_id >> 32),

@@ -73,6 +73,9 @@ DBusMcastVerdict _dbus_mcast_member_from_peer   (DBusMcastMember  *member,
                                                  int               len,
                                                  DBusMessage     **checked);
 
+DBUS_PRIVATE_EXPORT
+dbus_uint64_t _dbus_mcast_sender_id_of_name (const char *name);
+
 DBUS_END_DECLS
 
 #endif /* DBUS_MCAST_MEMBER_H */
