@@ -5,7 +5,7 @@
  * the patched kernel (<linux/un.h>: SOL_UNIX, UNIX_CREATE_GROUP,
  * UNIX_PASSID, SCM_UNIX_SENDER_ID, struct unix_mreq) and tells the rest of
  * libdbus whether it is there.  The kernel header is the single source of
- * truth for the numbers; libdbus keeps no copy of them.  tools/build-dbus
+ * truth for the numbers; libdbus keeps no copy of them.  tools/build/dbus
  * puts the patched kernel's exported headers (build/kernel-headers) on the
  * include path; built against a <linux/un.h> without the multicast UAPI
  * (a stock distribution header), DBUS_HAVE_MCAST_UAPI stays undefined and

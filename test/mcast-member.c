@@ -2,7 +2,7 @@
  * against an acceptor that plays dbus-daemon's part by hand.
  *
  * Needs the patched kernel: run it in the VM,
- *   tools/vm-run -- build/dbus-tests/mcast-member --tap
+ *   tools/vm/run -- build/dbus-tests/mcast-member --tap
  * On a kernel without multicast AF_UNIX groups every test is skipped.
  *
  * The acceptor is a libdbus DBusServer on a unixseq: address (its

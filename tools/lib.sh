@@ -16,6 +16,15 @@ die ()
   exit 1
 }
 
+# dbus_fork_files: the project's own files of the dbus fork (libdbus and
+# dbus-daemon modules and their tests), one per line.  Each path is the same
+# in this repository and in the dbus tree: tools/build/dbus links them in,
+# tools/build/deb packages them; nothing else of the project enters dbus.
+dbus_fork_files ()
+{
+  (cd "$top" && ls dbus/*.[ch] bus/*.[ch] test/*.c test/internals/*.c 2>/dev/null | LC_ALL=C sort)
+}
+
 # The upstream trees (kernel, dbus) are unpacked once into a git repository
 # whose pristine state is the commit tagged "base"; our patch series is
 # checked out over it as one commit.

@@ -48,7 +48,7 @@
 #include <dbus/dbus.h>
 
 static const char bench_name[] = "bench-bus";
-#include "bench-common.h"
+#include "common.h"
 
 #define BENCH_NAME "org.dbusmcast.Bench"
 #define BENCH_PATH "/org/dbusmcast/Bench"

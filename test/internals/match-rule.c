@@ -1,4 +1,4 @@
-/* test/internal/match-rule.c  Unit tests of dbus/dbus-match-rule.c
+/* test/internals/match-rule.c  Unit tests of dbus/dbus-match-rule.c
  *
  * Parsing, equality and matching of match rules, checked against tables.
  * The same tables are checked against a real dbus-daemon by the
@@ -11,7 +11,7 @@
  * they are skipped.
  *
  * Built against libdbus' internal static libraries (the functions are
- * private); see tools/check-dbus.
+ * private); see test/dbus/check.
  *
  * Copyright (C) 2026 dbus-mcast contributors
  * SPDX-License-Identifier: AFL-2.1 OR GPL-2.0-or-later

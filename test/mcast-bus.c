@@ -1,8 +1,8 @@
-/* test/bus-multicast.c  The multicast bus as its clients see it: promotion,
+/* test/mcast-bus.c  The multicast bus as its clients see it: promotion,
  * routing between members and classic clients, the semantics of a stock
  * bus, and what a misbehaving member cannot do.
  *
- * Runs against the buses test/bus/run-bus-vm starts (in the VM with the
+ * Runs against the buses test/bus/run starts (in the VM with the
  * patched kernel, and on the host with a stock kernel, where the same
  * tests exercise the classic path):
  *
@@ -2242,7 +2242,7 @@ main (int    argc,
   activatable_name = g_getenv ("DBUS_MCAST_TEST_ACTIVATABLE");
   if (bus_address == NULL || g_getenv ("DBUS_MCAST_STAGE") == NULL)
     {
-      g_printerr ("%s: run by test/bus/run-bus-vm, which starts the buses it tests "
+      g_printerr ("%s: run by test/bus/run, which starts the buses it tests "
                   "(DBUS_SESSION_BUS_ADDRESS, DBUS_MCAST_STAGE)\n", argv[0]);
       return 2;
     }

@@ -47,7 +47,7 @@
 #include <linux/un.h>
 
 static const char bench_name[] = "bench-raw";
-#include "bench-common.h"
+#include "common.h"
 
 #define MAX_SIZE 4096
 #define UDP_GROUP "239.255.77.1"
@@ -166,7 +166,7 @@ static void setup_mcast_seqpacket (struct fanout *f)
   f->n_send = 1;
 }
 
-/* Loopback has no multicast route by default: tools/bench adds
+/* Loopback has no multicast route by default: tools/bench/run adds
  * 224.0.0.0/4 on lo in the VM.  TTL 0 keeps the sender's copy on the
  * host: only the looped-back copy (IP_MULTICAST_LOOP) is delivered,
  * not a second one through lo's own transmit. */

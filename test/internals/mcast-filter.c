@@ -1,4 +1,4 @@
-/* test/internal/mcast-filter.c  The match-to-BPF compiler (bus/mcast-filter.c)
+/* test/internals/mcast-filter.c  The match-to-BPF compiler (bus/mcast-filter.c)
  * on a stock kernel.
  *
  * Every test compiles a program, attaches it with SO_ATTACH_FILTER to the

@@ -1,4 +1,4 @@
-/* test/seqpacket.c  The unixseq: (SOCK_SEQPACKET) transport against a real
+/* test/unixseq.c  The unixseq: (SOCK_SEQPACKET) transport against a real
  * dbus-daemon from the dbus-mcast build, classic routing.
  *
  * Every test starts its own dbus-daemon (build/dbus-stage) listening on a
