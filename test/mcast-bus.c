@@ -31,7 +31,10 @@
  * SPDX-License-Identifier: AFL-2.1 OR GPL-2.0-or-later
  */
 
+#include <config.h>
+
 #include <dbus/dbus.h>
+#include <dbus/dbus-seqpacket-io.h>
 #include <gio/gio.h>
 #include <glib.h>
 
@@ -63,8 +66,6 @@
 #define TEST_ERROR "org.dbusmcast.BusTest.Error.Failed"
 /* Must match the <deny> rule run-bus-vm writes into the restricted bus */
 #define DENIED_IFACE "org.dbusmcast.BusTest.Denied"
-/* Must match DBUS_SEQPACKET_FRAGMENT_SIZE in dbus/dbus-seqpacket-io.h */
-#define FRAGMENT_SIZE 65536
 
 static const gchar *bus_address;
 static const gchar *restricted_address;
@@ -1287,7 +1288,7 @@ test_large (gconstpointer data)
 static gsize
 order_payload (guint seq)
 {
-  return seq % 5 == 2 ? 3 * FRAGMENT_SIZE / 2 : 8;
+  return seq % 5 == 2 ? 3 * DBUS_SEQPACKET_FRAGMENT_SIZE / 2 : 8;
 }
 
 static gboolean
@@ -1400,8 +1401,8 @@ raw_recv_packet (Raw *r,
 
   if (poll (&p, 1, timeout_ms) != 1)
     return NULL;
-  buf = g_malloc (FRAGMENT_SIZE);
-  n = recv (r->fd, buf, FRAGMENT_SIZE, 0);
+  buf = g_malloc (DBUS_SEQPACKET_FRAGMENT_SIZE);
+  n = recv (r->fd, buf, DBUS_SEQPACKET_FRAGMENT_SIZE, 0);
   if (n < 0 && errno == ECONNRESET)
     n = 0;
   g_assert_cmpint (n, >=, 0);

@@ -20,7 +20,12 @@
  * SPDX-License-Identifier: AFL-2.1 OR GPL-2.0-or-later
  */
 
+#include <config.h>
+
 #include <dbus/dbus.h>
+#include <dbus/dbus-connection-internal.h>
+#include <dbus/dbus-seqpacket-io.h>
+#include <dbus/dbus-server-socket.h>
 #include <glib.h>
 #include <glib/gstdio.h>
 
@@ -37,15 +42,9 @@
 
 #ifdef UNIX_PASSID
 
-/* libdbus internals the daemon side uses (DBUS_PRIVATE_EXPORT) */
-dbus_bool_t _dbus_server_socket_set_multicast_offered (DBusServer *server,
-                                                       dbus_bool_t offered);
-dbus_bool_t _dbus_connection_get_multicast_negotiated (DBusConnection *connection);
-
 #define TIMEOUT_US (60 * G_USEC_PER_SEC)
 #define TEST_IFACE "org.dbusmcast.Test"
 #define TEST_PATH "/org/dbusmcast/Test"
-#define FRAGMENT_SIZE 65536 /* DBUS_SEQPACKET_FRAGMENT_SIZE */
 
 typedef struct
 {
@@ -601,7 +600,7 @@ test_routed (Fixture *f, gconstpointer data)
     }
   else
     {
-      gchar *big = g_strnfill (3 * FRAGMENT_SIZE, 'x');
+      gchar *big = g_strnfill (3 * DBUS_SEQPACKET_FRAGMENT_SIZE, 'x');
 
       g_assert_true (dbus_message_append_args (m, DBUS_TYPE_STRING, &big,
                                                DBUS_TYPE_INVALID));

@@ -6,14 +6,19 @@
  * with the staged libdbus (and, for the compatibility tests, with the
  * staged tools and the system's unmodified GDBus, sd-bus and libdbus).
  *
- * Environment: DBUS_MCAST_STAGE (default: the STAGE_DIR this was compiled
- * with) is the staging prefix.
+ * Environment: DBUS_MCAST_STAGE is the staging prefix (the fork's make
+ * check sets it to the build's prefix).
  *
  * Copyright (C) 2026 dbus-mcast contributors
  * SPDX-License-Identifier: AFL-2.1 OR GPL-2.0-or-later
  */
 
+#include <config.h>
+
 #include <dbus/dbus.h>
+#include <dbus/dbus-connection-internal.h>
+#include <dbus/dbus-seqpacket-io.h>
+#include <dbus/dbus-server-socket.h>
 #include <glib.h>
 #include <glib/gstdio.h>
 
@@ -30,17 +35,6 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#ifndef STAGE_DIR
-#error "compile with -DSTAGE_DIR=\"...\""
-#endif
-
-/* libdbus internals of the multicast bus (DBUS_PRIVATE_EXPORT) */
-dbus_bool_t _dbus_server_socket_set_multicast_offered (DBusServer *server,
-                                                       dbus_bool_t offered);
-dbus_bool_t _dbus_connection_get_multicast_negotiated (DBusConnection *connection);
-
-/* Must match DBUS_SEQPACKET_FRAGMENT_SIZE in dbus/dbus-seqpacket-io.h */
-#define FRAGMENT_SIZE 65536
 #define TIMEOUT_US (60 * G_USEC_PER_SEC)
 #define TEST_IFACE "org.dbusmcast.Test"
 #define TEST_PATH "/org/dbusmcast/Test"
@@ -62,7 +56,9 @@ stage_dir (void)
 {
   const gchar *s = g_getenv ("DBUS_MCAST_STAGE");
 
-  return s != NULL ? s : STAGE_DIR;
+  if (s == NULL)
+    g_error ("DBUS_MCAST_STAGE must name the staged dbus (make check sets it)");
+  return s;
 }
 
 static gchar *
@@ -650,10 +646,10 @@ test_fragment_boundaries (Fixture *f, gconstpointer data)
   DBusConnection *seq2 = connect_bus (f->seq_address);
   /* Array lengths putting the message just below, at and above one and
    * two fragments (the header is a little over 100 bytes) */
-  gsize sizes[] = { 0, 1, FRAGMENT_SIZE - 200, FRAGMENT_SIZE - 150,
-                    FRAGMENT_SIZE - 120, FRAGMENT_SIZE - 100, FRAGMENT_SIZE,
-                    FRAGMENT_SIZE + 1, 2 * FRAGMENT_SIZE - 130,
-                    2 * FRAGMENT_SIZE, 3 * FRAGMENT_SIZE + 7 };
+  gsize sizes[] = { 0, 1, DBUS_SEQPACKET_FRAGMENT_SIZE - 200, DBUS_SEQPACKET_FRAGMENT_SIZE - 150,
+                    DBUS_SEQPACKET_FRAGMENT_SIZE - 120, DBUS_SEQPACKET_FRAGMENT_SIZE - 100, DBUS_SEQPACKET_FRAGMENT_SIZE,
+                    DBUS_SEQPACKET_FRAGMENT_SIZE + 1, 2 * DBUS_SEQPACKET_FRAGMENT_SIZE - 130,
+                    2 * DBUS_SEQPACKET_FRAGMENT_SIZE, 3 * DBUS_SEQPACKET_FRAGMENT_SIZE + 7 };
   gsize i;
   int delta;
 
@@ -679,12 +675,12 @@ test_small_sndbuf (Fixture *f, gconstpointer data)
   g_assert_true (dbus_connection_get_socket (seq, &fd));
   g_assert_cmpint (setsockopt (fd, SOL_SOCKET, SO_SNDBUF, &size, sizeof (size)), ==, 0);
   g_assert_cmpint (getsockopt (fd, SOL_SOCKET, SO_SNDBUF, &size, &len), ==, 0);
-  g_assert_cmpint (size, <, FRAGMENT_SIZE);
+  g_assert_cmpint (size, <, DBUS_SEQPACKET_FRAGMENT_SIZE);
 
-  big_roundtrip (seq, seq2, 3 * FRAGMENT_SIZE, 7);
+  big_roundtrip (seq, seq2, 3 * DBUS_SEQPACKET_FRAGMENT_SIZE, 7);
 
   g_assert_cmpint (getsockopt (fd, SOL_SOCKET, SO_SNDBUF, &size, &len), ==, 0);
-  g_assert_cmpint (size, >, FRAGMENT_SIZE);
+  g_assert_cmpint (size, >, DBUS_SEQPACKET_FRAGMENT_SIZE);
 
   disconnect_bus (seq);
   disconnect_bus (seq2);
@@ -783,11 +779,11 @@ marshal_call (const gchar *member, dbus_uint32_t serial, int *len)
 static DBusMessage *
 raw_wait_reply (int fd, dbus_uint32_t serial)
 {
-  gchar *buf = g_malloc (FRAGMENT_SIZE);
+  gchar *buf = g_malloc (DBUS_SEQPACKET_FRAGMENT_SIZE);
 
   while (TRUE)
     {
-      gssize n = recv_packet (fd, buf, FRAGMENT_SIZE, 10000);
+      gssize n = recv_packet (fd, buf, DBUS_SEQPACKET_FRAGMENT_SIZE, 10000);
       DBusError error = DBUS_ERROR_INIT;
       DBusMessage *m;
 
@@ -808,10 +804,10 @@ raw_wait_reply (int fd, dbus_uint32_t serial)
 static void
 raw_wait_closed (int fd)
 {
-  gchar *buf = g_malloc (FRAGMENT_SIZE);
+  gchar *buf = g_malloc (DBUS_SEQPACKET_FRAGMENT_SIZE);
   gint64 deadline = g_get_monotonic_time () + TIMEOUT_US;
 
-  while (recv_packet (fd, buf, FRAGMENT_SIZE, 10000) > 0)
+  while (recv_packet (fd, buf, DBUS_SEQPACKET_FRAGMENT_SIZE, 10000) > 0)
     g_assert_cmpint (g_get_monotonic_time (), <, deadline);
   g_free (buf);
 }
@@ -906,17 +902,17 @@ test_malformed (Fixture *f, gconstpointer data)
       break;
     case BAD_OVERSIZED:
       {
-        gchar *big = g_malloc0 (FRAGMENT_SIZE + 100);
+        gchar *big = g_malloc0 (DBUS_SEQPACKET_FRAGMENT_SIZE + 100);
 
         memcpy (big, msg, len);
-        send_packet (fd, big, FRAGMENT_SIZE + 100);
+        send_packet (fd, big, DBUS_SEQPACKET_FRAGMENT_SIZE + 100);
         g_free (big);
       }
       break;
     case BAD_SHORT_FRAGMENT:
       {
         /* A 200 KiB message: a correct first fragment, then a second
-         * one that is neither FRAGMENT_SIZE long nor the rest */
+         * one that is neither DBUS_SEQPACKET_FRAGMENT_SIZE long nor the rest */
         DBusMessage *m = dbus_message_new_method_call (DBUS_SERVICE_DBUS,
                                                        DBUS_PATH_DBUS,
                                                        DBUS_INTERFACE_PEER,
@@ -930,8 +926,8 @@ test_malformed (Fixture *f, gconstpointer data)
                                                  DBUS_TYPE_INVALID));
         dbus_message_set_serial (m, 3);
         g_assert_true (dbus_message_marshal (m, &bytes, &blen));
-        send_packet (fd, bytes, FRAGMENT_SIZE);
-        send_packet (fd, bytes + FRAGMENT_SIZE, 1000);
+        send_packet (fd, bytes, DBUS_SEQPACKET_FRAGMENT_SIZE);
+        send_packet (fd, bytes + DBUS_SEQPACKET_FRAGMENT_SIZE, 1000);
         dbus_free (bytes);
         dbus_message_unref (m);
         g_free (payload);
@@ -1589,8 +1585,8 @@ test_multicast_client (Fixture *f, gconstpointer data)
   dbus_message_unref (hello);
   dbus_connection_flush (c);
   {
-    gchar *packet = g_malloc (FRAGMENT_SIZE);
-    gssize n = recv_packet (fd, packet, FRAGMENT_SIZE, 10000);
+    gchar *packet = g_malloc (DBUS_SEQPACKET_FRAGMENT_SIZE);
+    gssize n = recv_packet (fd, packet, DBUS_SEQPACKET_FRAGMENT_SIZE, 10000);
 
     /* one message per packet, and no SENDER: not a member */
     g_assert_cmpint (dbus_message_demarshal_bytes_needed (packet, n), ==, n);
