@@ -3,8 +3,8 @@
  *
  * What this module is for: a SOCK_SEQPACKET socket preserves packet
  * boundaries, so it cannot be read like a byte stream (a short read throws
- * the rest of the packet away) and it is the unit a later kernel multicast
- * group will deliver.  This module moves whole packets between the socket
+ * the rest of the packet away) and it is the unit the kernel multicast
+ * group delivers.  This module moves whole packets between the socket
  * and libdbus' buffers and enforces the dbus-mcast framing (see
  * doc/dbus-fork.md):
  *
@@ -26,8 +26,7 @@
  * warning naming the peer's pid.
  *
  * Copyright (C) 2026 dbus-mcast contributors
- * Licensed under the Academic Free License version 2.1 or the GNU General
- * Public License version 2 or later, like the rest of libdbus.
+ * SPDX-License-Identifier: AFL-2.1 OR GPL-2.0-or-later
  */
 #ifndef DBUS_SEQPACKET_IO_H
 #define DBUS_SEQPACKET_IO_H

@@ -25,8 +25,7 @@
  * unixseq: behaves as on a kernel without groups.
  *
  * Copyright (C) 2026 dbus-mcast contributors
- * Licensed under the Academic Free License version 2.1 or the GNU General
- * Public License version 2 or later, like the rest of libdbus.
+ * SPDX-License-Identifier: AFL-2.1 OR GPL-2.0-or-later
  */
 #ifndef DBUS_SERVER_SEQPACKET_H
 #define DBUS_SERVER_SEQPACKET_H

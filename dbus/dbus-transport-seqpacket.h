@@ -12,8 +12,7 @@
  * to packet I/O (dbus-seqpacket-io.h) when its socket is SOCK_SEQPACKET.
  *
  * Copyright (C) 2026 dbus-mcast contributors
- * Licensed under the Academic Free License version 2.1 or the GNU General
- * Public License version 2 or later, like the rest of libdbus.
+ * SPDX-License-Identifier: AFL-2.1 OR GPL-2.0-or-later
  */
 #ifndef DBUS_TRANSPORT_SEQPACKET_H
 #define DBUS_TRANSPORT_SEQPACKET_H

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: AFL-2.1 OR GPL-2.0-or-later
 # Shared helpers for the shell tools.  Sourced, not executed.
 
 BUILD_DIR=${BUILD_DIR:-$top/build}

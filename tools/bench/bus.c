@@ -28,11 +28,13 @@
  * The daemon's CPU time (--daemon-pid, from /proc/PID/stat) and the whole
  * machine's busy time are reported per call or per delivery.  Output: one
  * tab-separated line per run after a "#" header; progress on stderr.
+ *
+ * Copyright (C) 2026 dbus-mcast contributors
+ * SPDX-License-Identifier: AFL-2.1 OR GPL-2.0-or-later
  */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <limits.h>
-#include <linux/futex.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdatomic.h>
@@ -45,6 +47,9 @@
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
+
+#include <linux/futex.h>
+
 #include <dbus/dbus.h>
 
 static const char bench_name[] = "bench-bus";
@@ -78,13 +83,15 @@ struct options {
   long window;
 };
 
-static void die_dbus (const char *what, DBusError *err)
+static void
+die_dbus (const char *what, DBusError *err)
 {
   fprintf (stderr, "bench-bus: %s: %s\n", what, err->message ? err->message : "out of memory");
   exit (2);
 }
 
-static DBusConnection *open_connection (const char *address, int register_on_bus)
+static DBusConnection *
+open_connection (const char *address, int register_on_bus)
 {
   DBusError err = DBUS_ERROR_INIT;
   DBusConnection *c = dbus_connection_open_private (address, &err);
@@ -96,7 +103,8 @@ static DBusConnection *open_connection (const char *address, int register_on_bus
   return c;
 }
 
-static void close_connection (DBusConnection *c)
+static void
+close_connection (DBusConnection *c)
 {
   dbus_connection_close (c);
   dbus_connection_unref (c);
@@ -105,8 +113,9 @@ static void close_connection (DBusConnection *c)
 
 /* The payload of every call, reply and signal: a byte array of @size bytes
  * whose first eight bytes are @seq and next eight the send time. */
-static DBusMessage *with_payload (DBusMessage *msg, unsigned char *buf, int size,
-                                  uint64_t seq)
+static DBusMessage *
+with_payload (DBusMessage *msg, unsigned char *buf, int size,
+              uint64_t seq)
 {
   const unsigned char *p = buf;
   int64_t now = clock_ns (CLOCK_MONOTONIC);
@@ -122,7 +131,8 @@ static DBusMessage *with_payload (DBusMessage *msg, unsigned char *buf, int size
 }
 
 /* The payload of @msg, or NULL when it has none or another type. */
-static const unsigned char *payload (DBusMessage *msg, int *len)
+static const unsigned char *
+payload (DBusMessage *msg, int *len)
 {
   const unsigned char *bytes;
 
@@ -132,7 +142,8 @@ static const unsigned char *payload (DBusMessage *msg, int *len)
   return bytes;
 }
 
-static void send_and_unref (DBusConnection *c, DBusMessage *msg)
+static void
+send_and_unref (DBusConnection *c, DBusMessage *msg)
 {
   if (!dbus_connection_send (c, msg, NULL))
     die ("dbus_connection_send");
@@ -142,7 +153,8 @@ static void send_and_unref (DBusConnection *c, DBusMessage *msg)
 /* ---- rtt: method call round trips ---- */
 
 /* Echo's server: reply with the call's payload; Quit ends serve(). */
-static DBusHandlerResult echo (DBusConnection *c, DBusMessage *msg, void *quit)
+static DBusHandlerResult
+echo (DBusConnection *c, DBusMessage *msg, void *quit)
 {
   DBusMessage *reply;
   const unsigned char *bytes;
@@ -161,7 +173,8 @@ static DBusHandlerResult echo (DBusConnection *c, DBusMessage *msg, void *quit)
   return DBUS_HANDLER_RESULT_HANDLED;
 }
 
-static void serve (DBusConnection *c)
+static void
+serve (DBusConnection *c)
 {
   int quit = 0;
 
@@ -173,7 +186,8 @@ static void serve (DBusConnection *c)
   close_connection (c);
 }
 
-static void write_address (int fd, const char *address)
+static void
+write_address (int fd, const char *address)
 {
   size_t len = strlen (address) + 1;
 
@@ -182,7 +196,8 @@ static void write_address (int fd, const char *address)
   close (fd);
 }
 
-static void serve_on_bus (const char *address, int ready_fd)
+static void
+serve_on_bus (const char *address, int ready_fd)
 {
   DBusError err = DBUS_ERROR_INIT;
   DBusConnection *c = open_connection (address, 1);
@@ -198,24 +213,28 @@ static void serve_on_bus (const char *address, int ready_fd)
 static DBusWatch *listen_watch;
 static DBusConnection *p2p_client;
 
-static dbus_bool_t add_listen_watch (DBusWatch *watch, void *data)
+static dbus_bool_t
+add_listen_watch (DBusWatch *watch, void *data)
 {
   listen_watch = watch;
   return TRUE;
 }
 
-static void remove_listen_watch (DBusWatch *watch, void *data)
+static void
+remove_listen_watch (DBusWatch *watch, void *data)
 {
   if (listen_watch == watch)
     listen_watch = NULL;
 }
 
-static void new_p2p_client (DBusServer *server, DBusConnection *c, void *data)
+static void
+new_p2p_client (DBusServer *server, DBusConnection *c, void *data)
 {
   p2p_client = dbus_connection_ref (c);
 }
 
-static void serve_p2p (int ready_fd)
+static void
+serve_p2p (int ready_fd)
 {
   DBusError err = DBUS_ERROR_INIT;
   DBusServer *server = dbus_server_listen ("unix:tmpdir=/tmp", &err);
@@ -244,8 +263,9 @@ static void serve_p2p (int ready_fd)
 }
 
 /* One Echo call; 1 when the reply carries back exactly what was sent. */
-static int call_echo (DBusConnection *c, const char *dest, const char *member,
-                      unsigned char *buf, int size, uint64_t seq)
+static int
+call_echo (DBusConnection *c, const char *dest, const char *member,
+           unsigned char *buf, int size, uint64_t seq)
 {
   DBusError err = DBUS_ERROR_INIT;
   DBusMessage *call, *reply;
@@ -264,7 +284,8 @@ static int call_echo (DBusConnection *c, const char *dest, const char *member,
   return ok;
 }
 
-static int rtt_run (const struct options *o, int size, int rep)
+static int
+rtt_run (const struct options *o, int size, int rep)
 {
   const char *dest = o->p2p ? NULL : BENCH_NAME;
   static unsigned char buf[MAX_SIZE];
@@ -359,7 +380,8 @@ struct subscription {
   int size, matching, done;
 };
 
-static void publish (struct subscriber *s, uint32_t progress)
+static void
+publish (struct subscriber *s, uint32_t progress)
 {
   atomic_store (&s->progress, progress);
   if (atomic_load (&s->waiting))
@@ -369,7 +391,8 @@ static void publish (struct subscriber *s, uint32_t progress)
     }
 }
 
-static DBusHandlerResult on_signal (DBusConnection *c, DBusMessage *msg, void *data)
+static DBusHandlerResult
+on_signal (DBusConnection *c, DBusMessage *msg, void *data)
 {
   struct subscription *x = data;
   struct subscriber *s = x->s;
@@ -418,7 +441,8 @@ static DBusHandlerResult on_signal (DBusConnection *c, DBusMessage *msg, void *d
   return DBUS_HANDLER_RESULT_HANDLED;
 }
 
-static void add_match (DBusConnection *c, const char *member)
+static void
+add_match (DBusConnection *c, const char *member)
 {
   DBusError err = DBUS_ERROR_INIT;
   char rule[256];
@@ -430,7 +454,8 @@ static void add_match (DBusConnection *c, const char *member)
 }
 
 /* A subscriber process: its rules, then receive until Done. */
-static void subscribe (const char *address, struct subscription *x, long rules, int ready_fd)
+static void
+subscribe (const char *address, struct subscription *x, long rules, int ready_fd)
 {
   DBusConnection *c = open_connection (address, 1);
   long r;
@@ -458,7 +483,8 @@ static void subscribe (const char *address, struct subscription *x, long rules, 
 
 /* Wait until @s received @target signals; give up on it after STALL_NS
  * without progress (it lost one: the count will say so). */
-static void wait_progress (struct subscriber *s, uint32_t target)
+static void
+wait_progress (struct subscriber *s, uint32_t target)
 {
   int64_t deadline = clock_ns (CLOCK_MONOTONIC) + STALL_NS;
   struct timespec tick = { .tv_sec = 1 };
@@ -480,7 +506,8 @@ static void wait_progress (struct subscriber *s, uint32_t target)
     }
 }
 
-static void wait_all (DBusConnection *c, struct subscriber *subs, int matching, uint32_t target)
+static void
+wait_all (DBusConnection *c, struct subscriber *subs, int matching, uint32_t target)
 {
   int i;
 
@@ -490,7 +517,8 @@ static void wait_all (DBusConnection *c, struct subscriber *subs, int matching, 
 }
 
 /* Wait for every subscriber to exit; 0 if one did not in time. */
-static int reap (pid_t *pids, int n)
+static int
+reap (pid_t *pids, int n)
 {
   int64_t deadline = clock_ns (CLOCK_MONOTONIC) + REPORT_TIMEOUT_MS * 1000000LL;
   int left = n, i, ok = 1;
@@ -516,7 +544,8 @@ static int reap (pid_t *pids, int n)
   return ok;
 }
 
-static int signal_run (const struct options *o, int size, int n, long rules, int rep)
+static int
+signal_run (const struct options *o, int size, int n, long rules, int rep)
 {
   long m = o->messages, l = m / 10 > 10 ? m / 10 : 10, total = m + l, i, samples = 0;
   int matching = (n + 1) / 2, ready[2], failed;
@@ -616,7 +645,8 @@ static int signal_run (const struct options *o, int size, int n, long rules, int
   return failed;
 }
 
-static void usage (void)
+static void
+usage (void)
 {
   fprintf (stderr,
            "usage: bench-bus rtt [--address ADDR | --p2p] [--sizes B,...] [--calls C]\n"
@@ -626,7 +656,8 @@ static void usage (void)
   exit (2);
 }
 
-int main (int argc, char **argv)
+int
+main (int argc, char **argv)
 {
   struct options o = {
     .label = "bus", .reps = 5, .sizes = { 64, 4096 }, .n_sizes = 2, .calls = 10000,

@@ -1,6 +1,10 @@
 /* Helpers shared by the benchmark programs (bench-raw.c, bench-bus.c):
  * clocks, CPU accounting, pipes, option lists.  Each program defines
- * bench_name before including this header. */
+ * bench_name before including this header.
+ *
+ * Copyright (C) 2026 dbus-mcast contributors
+ * SPDX-License-Identifier: AFL-2.1 OR GPL-2.0-or-later
+ */
 #ifndef BENCH_COMMON_H
 #define BENCH_COMMON_H
 
@@ -13,13 +17,15 @@
 #include <time.h>
 #include <unistd.h>
 
-static inline void die (const char *what)
+static inline void
+die (const char *what)
 {
   fprintf (stderr, "%s: %s: %s\n", bench_name, what, strerror (errno));
   exit (2);
 }
 
-static inline int64_t clock_ns (clockid_t clock)
+static inline int64_t
+clock_ns (clockid_t clock)
 {
   struct timespec ts;
 
@@ -27,7 +33,8 @@ static inline int64_t clock_ns (clockid_t clock)
   return ts.tv_sec * 1000000000LL + ts.tv_nsec;
 }
 
-static inline int64_t ticks_to_ns (unsigned long long ticks)
+static inline int64_t
+ticks_to_ns (unsigned long long ticks)
 {
   return (int64_t) ticks * (1000000000LL / sysconf (_SC_CLK_TCK));
 }
@@ -35,7 +42,8 @@ static inline int64_t ticks_to_ns (unsigned long long ticks)
 /* Busy time of all CPUs since boot, from the first line of /proc/stat
  * (user nice system idle iowait irq softirq steal ...): it also counts
  * work charged to kernel threads, such as deferred softirqs. */
-static inline int64_t system_busy_ns (void)
+static inline int64_t
+system_busy_ns (void)
 {
   unsigned long long v[8] = { 0 };
   FILE *f = fopen ("/proc/stat", "r");
@@ -49,7 +57,8 @@ static inline int64_t system_busy_ns (void)
 
 /* CPU time (user + system) of another process, from /proc/PID/stat; 0
  * when @pid is 0 (nothing to measure). */
-static inline int64_t process_cpu_ns (pid_t pid)
+static inline int64_t
+process_cpu_ns (pid_t pid)
 {
   unsigned long long utime, stime;
   char path[64], line[1024], *p;
@@ -70,7 +79,8 @@ static inline int64_t process_cpu_ns (pid_t pid)
   return ticks_to_ns (utime + stime);
 }
 
-static inline int read_full (int fd, void *buf, size_t len)
+static inline int
+read_full (int fd, void *buf, size_t len)
 {
   char *p = buf;
 
@@ -89,7 +99,8 @@ static inline int read_full (int fd, void *buf, size_t len)
 }
 
 /* Parse a comma-separated list of numbers into @v (at most @max). */
-static inline int parse_list (const char *s, long *v, int max)
+static inline int
+parse_list (const char *s, long *v, int max)
 {
   int n = 0;
   char *end;
@@ -107,7 +118,8 @@ static inline int parse_list (const char *s, long *v, int max)
   return n;
 }
 
-static inline int compare_int64 (const void *a, const void *b)
+static inline int
+compare_int64 (const void *a, const void *b)
 {
   int64_t x = *(const int64_t *) a, y = *(const int64_t *) b;
 
@@ -115,7 +127,8 @@ static inline int compare_int64 (const void *a, const void *b)
 }
 
 /* The @q quantile (0..1) of @n samples, which it sorts. */
-static inline int64_t quantile (int64_t *v, long n, double q)
+static inline int64_t
+quantile (int64_t *v, long n, double q)
 {
   if (!n)
     return 0;

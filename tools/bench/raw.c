@@ -26,6 +26,9 @@
  * the receivers' (summed), and the whole machine's busy time from
  * /proc/stat (which also catches softirq work charged to kernel threads).
  * Progress goes to stderr.
+ *
+ * Copyright (C) 2026 dbus-mcast contributors
+ * SPDX-License-Identifier: AFL-2.1 OR GPL-2.0-or-later
  */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
@@ -44,6 +47,9 @@
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
+
+/* The kernel's headers after the C library's: <linux/un.h> defines struct
+ * sockaddr_un only if <sys/un.h> has not. */
 #include <linux/un.h>
 
 static const char bench_name[] = "bench-raw";
@@ -81,7 +87,8 @@ struct recv_result {
   int64_t cpu_ns;
 };
 
-static int unix_socket (int type)
+static int
+unix_socket (int type)
 {
   int fd = socket (AF_UNIX, type, 0);
 
@@ -91,7 +98,8 @@ static int unix_socket (int type)
 }
 
 /* An abstract address unique to this process: "bench-raw-PID-TAG". */
-static socklen_t abstract_address (struct sockaddr_un *addr, const char *tag)
+static socklen_t
+abstract_address (struct sockaddr_un *addr, const char *tag)
 {
   int len;
 
@@ -102,18 +110,21 @@ static socklen_t abstract_address (struct sockaddr_un *addr, const char *tag)
   return offsetof (struct sockaddr_un, sun_path) + 1 + len;
 }
 
-static void group_mreq (struct unix_mreq *mreq, const char *tag)
+static void
+group_mreq (struct unix_mreq *mreq, const char *tag)
 {
   memset (mreq, 0, sizeof *mreq);
   mreq->address_len = abstract_address (&mreq->address, tag);
 }
 
-static void add_keep (struct fanout *f, int fd)
+static void
+add_keep (struct fanout *f, int fd)
 {
   f->keep_fd[f->n_keep++] = fd;
 }
 
-static void setup_mcast_dgram (struct fanout *f)
+static void
+setup_mcast_dgram (struct fanout *f)
 {
   struct unix_mreq mreq;
   int group = unix_socket (SOCK_DGRAM), i;
@@ -136,7 +147,8 @@ static void setup_mcast_dgram (struct fanout *f)
 
 /* The bus's shape: the listener is the group, the acceptor admits every
  * connection; receivers are N admitted clients, the sender one more. */
-static void setup_mcast_seqpacket (struct fanout *f)
+static void
+setup_mcast_seqpacket (struct fanout *f)
 {
   struct unix_mreq mreq, admit = { .flags = 0 };
   int listener = unix_socket (SOCK_SEQPACKET), i;
@@ -170,7 +182,8 @@ static void setup_mcast_seqpacket (struct fanout *f)
  * 224.0.0.0/4 on lo in the VM.  TTL 0 keeps the sender's copy on the
  * host: only the looped-back copy (IP_MULTICAST_LOOP) is delivered,
  * not a second one through lo's own transmit. */
-static void setup_udp_mcast (struct fanout *f)
+static void
+setup_udp_mcast (struct fanout *f)
 {
   struct sockaddr_in addr = { .sin_family = AF_INET };
   struct ip_mreqn mreq = { .imr_ifindex = if_nametoindex ("lo") };
@@ -204,7 +217,8 @@ static void setup_udp_mcast (struct fanout *f)
   f->n_send = 1;
 }
 
-static void setup_unix_sendmmsg (struct fanout *f)
+static void
+setup_unix_sendmmsg (struct fanout *f)
 {
   int i;
 
@@ -225,7 +239,8 @@ static void setup_unix_sendmmsg (struct fanout *f)
   f->n_send = 1;
 }
 
-static void setup_socketpairs (struct fanout *f)
+static void
+setup_socketpairs (struct fanout *f)
 {
   int i, sv[2];
 
@@ -239,13 +254,15 @@ static void setup_socketpairs (struct fanout *f)
   f->n_send = f->n;
 }
 
-static void send_once (struct fanout *f, struct iovec *iov)
+static void
+send_once (struct fanout *f, struct iovec *iov)
 {
   if (send (f->send_fd[0], iov->iov_base, iov->iov_len, 0) != (ssize_t) iov->iov_len)
     die ("send");
 }
 
-static void send_each (struct fanout *f, struct iovec *iov)
+static void
+send_each (struct fanout *f, struct iovec *iov)
 {
   int i;
 
@@ -254,7 +271,8 @@ static void send_each (struct fanout *f, struct iovec *iov)
       die ("send(socketpair)");
 }
 
-static void send_mmsg (struct fanout *f, struct iovec *iov)
+static void
+send_mmsg (struct fanout *f, struct iovec *iov)
 {
   int i, sent = 0;
 
@@ -282,7 +300,8 @@ static const struct transport transports[] = {
 };
 #define NR_TRANSPORTS (sizeof transports / sizeof transports[0])
 
-static void fanout_init (struct fanout *f, int n)
+static void
+fanout_init (struct fanout *f, int n)
 {
   memset (f, 0, sizeof *f);
   f->n = n;
@@ -296,7 +315,8 @@ static void fanout_init (struct fanout *f, int n)
 }
 
 /* Close the fan-out's sockets, all but receiving socket @keep (-1: all). */
-static void fanout_close (struct fanout *f, int keep)
+static void
+fanout_close (struct fanout *f, int keep)
 {
   int i;
 
@@ -309,7 +329,8 @@ static void fanout_close (struct fanout *f, int keep)
     close (f->keep_fd[i]);
 }
 
-static void fanout_free (struct fanout *f)
+static void
+fanout_free (struct fanout *f)
 {
   free (f->recv_fd);
   free (f->send_fd);
@@ -319,7 +340,8 @@ static void fanout_free (struct fanout *f)
 }
 
 /* Has the sender closed the "done" pipe? */
-static int sender_done (int done_fd)
+static int
+sender_done (int done_fd)
 {
   char c;
 
@@ -327,8 +349,9 @@ static int sender_done (int done_fd)
 }
 
 /* A receiver process: take @messages messages of @size bytes from @fd. */
-static void receive (int fd, int done_fd, long messages, size_t size,
-                     struct recv_result *r)
+static void
+receive (int fd, int done_fd, long messages, size_t size,
+         struct recv_result *r)
 {
   struct timeval poll_tv = { .tv_usec = RECV_POLL_MS * 1000 };
   char buf[MAX_SIZE + 1];
@@ -369,7 +392,8 @@ static void receive (int fd, int done_fd, long messages, size_t size,
 
 /* One run: set up, fork the receivers, send, collect.  Returns 1 when a
  * transport that promises delivery lost or disordered a message. */
-static int run (const struct transport *t, size_t size, int n, int rep, long messages)
+static int
+run (const struct transport *t, size_t size, int n, int rep, long messages)
 {
   int ready[2], done[2], results[2], i, failed;
   struct recv_result total = { 0 }, r;
@@ -460,7 +484,8 @@ static int run (const struct transport *t, size_t size, int n, int rep, long mes
 }
 
 /* Is @name in the comma-separated @list? */
-static int selected (const char *list, const char *name)
+static int
+selected (const char *list, const char *name)
 {
   size_t len = strlen (name);
   const char *p;
@@ -471,7 +496,8 @@ static int selected (const char *list, const char *name)
   return 0;
 }
 
-static void usage (void)
+static void
+usage (void)
 {
   fprintf (stderr,
            "usage: bench-raw [--transports NAME,...] [--sizes B,...] [--receivers N,...]\n"
@@ -479,7 +505,8 @@ static void usage (void)
   exit (2);
 }
 
-int main (int argc, char **argv)
+int
+main (int argc, char **argv)
 {
   long sizes[8] = { 64, 4096 }, receivers[16] = { 1, 4, 16, 64 };
   int n_sizes = 2, n_receivers = 4, reps = 5, failed = 0, matched = 0, i, s, k, rep;

@@ -8,6 +8,9 @@
  * sender id and gives each a peer filter; a client's broadcast reaches the
  * others with the kernel-stamped id, and a message addressed to one client
  * is dropped by the other clients' filters.
+ *
+ * Copyright (C) 2026 dbus-mcast contributors
+ * SPDX-License-Identifier: AFL-2.1 OR GPL-2.0-or-later
  */
 #include <errno.h>
 #include <stddef.h>
@@ -16,20 +19,25 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/un.h>
-#include <linux/filter.h>
 #include <sys/wait.h>
 #include <unistd.h>
+
+/* The kernel's headers after the C library's: <linux/un.h> defines struct
+ * sockaddr_un only if <sys/un.h> has not. */
+#include <linux/filter.h>
 #include <linux/un.h>
 
 #define NR_MEMBERS 4
 
-static void die (const char *what)
+static void
+die (const char *what)
 {
   fprintf (stderr, "mcast-demo: %s: %s\n", what, strerror (errno));
   exit (1);
 }
 
-static int members (int group)
+static int
+members (int group)
 {
   socklen_t len = sizeof (int);
   int n;
@@ -39,7 +47,8 @@ static int members (int group)
   return n;
 }
 
-static int dgram_group_demo (void)
+static int
+dgram_group_demo (void)
 {
   static const char name[] = "dbus-mcast-demo";
   static const char text[] = "one send, every member";
@@ -108,7 +117,8 @@ static int dgram_group_demo (void)
 
 /* A client's peer filter: deliver broadcasts (first byte 0) and messages
  * whose first byte is this client's id; drop the rest. */
-static void set_peer_filter (int accepted, unsigned char id)
+static void
+set_peer_filter (int accepted, unsigned char id)
 {
   struct sock_filter insns[] = {
     BPF_STMT (BPF_LD | BPF_B | BPF_ABS, 0),
@@ -124,7 +134,8 @@ static void set_peer_filter (int accepted, unsigned char id)
 }
 
 /* Print what arrives on @fd within a short time, with its sender id. */
-static int report (int fd, const char *who)
+static int
+report (int fd, const char *who)
 {
   char buf[64], cbuf[CMSG_SPACE (sizeof (__u64))];
   int n = 0;
@@ -151,7 +162,8 @@ static int report (int fd, const char *who)
   return n;
 }
 
-static int seqpacket_bus_demo (void)
+static int
+seqpacket_bus_demo (void)
 {
   static const char name[] = "dbus-mcast-demo-bus";
   struct unix_mreq mreq = { .address.sun_family = AF_UNIX };
@@ -214,7 +226,8 @@ static int seqpacket_bus_demo (void)
   return !(got[0] == 0 && got[1] == 1 && got[2] == 2);
 }
 
-int main (void)
+int
+main (void)
 {
   int failed = dgram_group_demo ();
 
