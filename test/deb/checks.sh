@@ -1,12 +1,12 @@
 # SPDX-License-Identifier: AFL-2.1 OR GPL-2.0-or-later
 # shellcheck shell=sh
-# What the guest-side checks share.  test/deb/check copies this file to
+# What the guest-side checks share.  test/deb/install.test copies this file to
 # /opt/check-deb/checks.sh in the Debian root, where seq-session-checks and
 # promotion-checks source it inside a bus started by
 # "dbus-run-session --config-file=/opt/check-deb/seq-session.conf".
 #
 # res STATUS TEXT prints the check's line: "PASS TEXT" when STATUS is 0,
-# otherwise "FAIL TEXT" and /tmp/out indented; test/deb/check turns these
+# otherwise "FAIL TEXT" and /tmp/out indented; test/deb/install.test turns these
 # lines into TAP.  $addr is the bus's address list, $seq and $stream its
 # unixseq: and unix: entries.
 
