@@ -19,6 +19,7 @@
 
 #include <dbus/dbus-internals.h>
 
+#include "mcast-bpf.h"
 #include "utils.h"
 
 /* ---- What the program passes with, and the message layout -------------- */
@@ -186,313 +187,18 @@ bus_mcast_program_clear (BusMcastProgram *program)
   program->len = 0;
 }
 
-/* ---- Emitter: instructions with symbolic forward jumps ------------------ */
-
-/* Jump targets are labels.  A conditional jump whose target ends up more
- * than 255 instructions away goes through one or two BPF_JA (32-bit
- * offset) placed right after it; bus_mcast_emitter_finish() works out which
- * jumps need that. */
-
-#define NEXT (-1)       /* the label of the next instruction */
-
-typedef struct
-{
-  struct sock_filter insn;
-  int jt, jf;           /* labels of a conditional jump */
-  int target;           /* label of a BPF_JA */
-  int size;             /* 1, or 2-3 with the BPF_JA after it */
-} BusMcastInsn;
-
-typedef struct
-{
-  BusMcastInsn *insns;
-  int n_insns;
-  int allocated;
-  int *labels;          /* label -> index of the instruction it precedes */
-  int n_labels;
-  int labels_allocated;
-  dbus_bool_t oom;
-  dbus_bool_t too_big;
-  int pass;             /* labels of the final returns */
-  int drop;
-} BusMcastEmitter;
-
-static int
-label_new (BusMcastEmitter *e)
-{
-  if (e->n_labels == e->labels_allocated)
-    {
-      int n = e->labels_allocated ? e->labels_allocated * 2 : 64;
-      int *labels = dbus_realloc (e->labels, sizeof (int) * n);
-
-      if (labels == NULL)
-        {
-          e->oom = TRUE;
-          return NEXT;
-        }
-      e->labels = labels;
-      e->labels_allocated = n;
-    }
-  e->labels[e->n_labels] = -1;
-  return e->n_labels++;
-}
-
-static void
-label_place (BusMcastEmitter *e,
-             int              label)
-{
-  if (label >= 0)
-    e->labels[label] = e->n_insns;
-}
-
-static void
-emit (BusMcastEmitter *e,
-      unsigned short   code,
-      dbus_uint32_t    k,
-      int              jt,
-      int              jf,
-      int              target)
-{
-  BusMcastInsn *insn;
-
-  if (e->oom || e->too_big)
-    return;
-
-  /* Relaxation only adds instructions: stop as soon as it cannot fit. */
-  if (e->n_insns >= BPF_MAXINSNS)
-    {
-      e->too_big = TRUE;
-      return;
-    }
-
-  if (e->n_insns == e->allocated)
-    {
-      int n = e->allocated ? e->allocated * 2 : 256;
-      BusMcastInsn *insns = dbus_realloc (e->insns, sizeof (BusMcastInsn) * n);
-
-      if (insns == NULL)
-        {
-          e->oom = TRUE;
-          return;
-        }
-      e->insns = insns;
-      e->allocated = n;
-    }
-
-  insn = &e->insns[e->n_insns++];
-  insn->insn.code = code;
-  insn->insn.k = k;
-  insn->insn.jt = 0;
-  insn->insn.jf = 0;
-  insn->jt = jt;
-  insn->jf = jf;
-  insn->target = target;
-  insn->size = 1;
-}
-
-static void
-emit_stmt (BusMcastEmitter *e,
-           unsigned short   code,
-           dbus_uint32_t    k)
-{
-  emit (e, code, k, NEXT, NEXT, NEXT);
-}
-
-/* A conditional jump (BPF_JMP | BPF_Jxx | BPF_K or BPF_X) */
-static void
-emit_jump (BusMcastEmitter *e,
-           unsigned short   code,
-           dbus_uint32_t    k,
-           int              jt,
-           int              jf)
-{
-  emit (e, code, k, jt, jf, NEXT);
-}
-
-static void
-emit_ja (BusMcastEmitter *e,
-         int              target)
-{
-  emit (e, BPF_JMP | BPF_JA, 0, NEXT, NEXT, target);
-}
-
-static dbus_bool_t
-is_conditional (const BusMcastInsn *insn)
-{
-  return BPF_CLASS (insn->insn.code) == BPF_JMP
-    && BPF_OP (insn->insn.code) != BPF_JA;
-}
-
-/* Address of a label, for an instruction at address @at of size @size */
-static int
-label_address (BusMcastEmitter *e,
-               const int       *addresses,
-               int              label,
-               int              at,
-               int              size)
-{
-  if (label == NEXT)
-    return at + size;
-  _dbus_assert (e->labels[label] >= 0);
-  return addresses[e->labels[label]];
-}
-
-/* A BPF_JA to @label at address @at, or the return it leads to */
-static struct sock_filter
-jump_to (BusMcastEmitter *e,
-         const int       *addresses,
-         int              label,
-         int              at)
-{
-  struct sock_filter insn = { BPF_JMP | BPF_JA, 0, 0, 0 };
-
-  if (label == e->pass || label == e->drop)
-    {
-      insn.code = BPF_RET | BPF_K;
-      insn.k = label == e->pass ? PASS_VALUE : DROP_VALUE;
-    }
-  else
-    {
-      insn.k = label_address (e, addresses, label, at, 1) - at - 1;
-    }
-  return insn;
-}
-
-/* Lays the instructions out and writes the program; FALSE with
- * e->too_big or e->oom set if that is impossible. */
-static dbus_bool_t
-bus_mcast_emitter_finish (BusMcastEmitter *e,
-                          BusMcastProgram *program)
-{
-  int *addresses;
-  dbus_bool_t changed;
-  int i, n, at;
-
-  if (e->oom || e->too_big)
-    return FALSE;
-
-  addresses = dbus_new (int, e->n_insns + 1);
-  if (addresses == NULL)
-    {
-      e->oom = TRUE;
-      return FALSE;
-    }
-
-  /* Sizes only grow, so this terminates. */
-  do
-    {
-      changed = FALSE;
-      at = 0;
-      for (i = 0; i < e->n_insns; i++)
-        {
-          addresses[i] = at;
-          at += e->insns[i].size;
-        }
-      addresses[e->n_insns] = at;
-
-      for (i = 0; i < e->n_insns; i++)
-        {
-          BusMcastInsn *insn = &e->insns[i];
-          int t, f, need;
-
-          if (!is_conditional (insn))
-            continue;
-          at = addresses[i];
-          t = label_address (e, addresses, insn->jt, at, insn->size) - at - 1;
-          f = label_address (e, addresses, insn->jf, at, insn->size) - at - 1;
-          if (t <= 255 && f <= 255)
-            need = 1;
-          else if (t <= 255 || f <= 255)
-            need = 2;
-          else
-            need = 3;
-          if (need > insn->size)
-            {
-              insn->size = need;
-              changed = TRUE;
-            }
-        }
-    }
-  while (changed);
-
-  n = addresses[e->n_insns];
-  if (n > BPF_MAXINSNS)
-    {
-      dbus_free (addresses);
-      e->too_big = TRUE;
-      return FALSE;
-    }
-
-  program->insns = dbus_new (struct sock_filter, n);
-  if (program->insns == NULL)
-    {
-      dbus_free (addresses);
-      e->oom = TRUE;
-      return FALSE;
-    }
-  program->len = n;
-
-  for (i = 0; i < e->n_insns; i++)
-    {
-      BusMcastInsn *insn = &e->insns[i];
-      struct sock_filter *out = &program->insns[addresses[i]];
-
-      at = addresses[i];
-      *out = insn->insn;
-      if (BPF_CLASS (insn->insn.code) == BPF_JMP
-          && BPF_OP (insn->insn.code) == BPF_JA)
-        {
-          *out = jump_to (e, addresses, insn->target, at);
-        }
-      else if (is_conditional (insn))
-        {
-          int t = label_address (e, addresses, insn->jt, at, insn->size);
-          int f = label_address (e, addresses, insn->jf, at, insn->size);
-
-          if (insn->size == 1)
-            {
-              out->jt = t - at - 1;
-              out->jf = f - at - 1;
-            }
-          else if (insn->size == 2 && f - at - 1 <= 255)
-            {
-              /* true: through the BPF_JA */
-              out->jt = 0;
-              out->jf = f - at - 1;
-              out[1] = jump_to (e, addresses, insn->jt, at + 1);
-            }
-          else if (insn->size == 2)
-            {
-              out->jt = t - at - 1;
-              out->jf = 0;
-              out[1] = jump_to (e, addresses, insn->jf, at + 1);
-            }
-          else
-            {
-              out->jt = 0;
-              out->jf = 1;
-              out[1] = jump_to (e, addresses, insn->jt, at + 1);
-              out[2] = jump_to (e, addresses, insn->jf, at + 2);
-            }
-        }
-    }
-
-  dbus_free (addresses);
-  return TRUE;
-}
-
 /* ---- Building blocks ----------------------------------------------------- */
 
 /* A = the little-endian 16-bit value at [X + k] */
 static void
-emit_load_le16 (BusMcastEmitter *e,
-                dbus_uint32_t    k)
+emit_load_le16 (BusMcastBpf  *bpf,
+                dbus_uint32_t k)
 {
   /* ab * 0x10001 = abab; >> 8 & 0xffff = ba */
-  emit_stmt (e, BPF_LD | BPF_H | BPF_IND, k);
-  emit_stmt (e, BPF_ALU | BPF_MUL | BPF_K, 0x10001);
-  emit_stmt (e, BPF_ALU | BPF_RSH | BPF_K, 8);
-  emit_stmt (e, BPF_ALU | BPF_AND | BPF_K, 0xffff);
+  bus_mcast_bpf_emit_stmt (bpf, BPF_LD | BPF_H | BPF_IND, k);
+  bus_mcast_bpf_emit_stmt (bpf, BPF_ALU | BPF_MUL | BPF_K, 0x10001);
+  bus_mcast_bpf_emit_stmt (bpf, BPF_ALU | BPF_RSH | BPF_K, 8);
+  bus_mcast_bpf_emit_stmt (bpf, BPF_ALU | BPF_AND | BPF_K, 0xffff);
 }
 
 /* Bytes compared at once: words, then a halfword and a byte */
@@ -527,89 +233,97 @@ chunk_load (int size)
 /* The first @len bytes of the string whose field starts at X (bytes at
  * X + 8) equal @s, or go to @fail */
 static void
-emit_prefix_test (BusMcastEmitter *e,
-                  const char      *s,
-                  int              len,
-                  int              fail)
+emit_prefix_test (BusMcastBpf *bpf,
+                  const char  *s,
+                  int          len,
+                  int          fail)
 {
   int offset, size;
 
   for (offset = 0; offset < len; offset += size)
     {
       size = chunk_size (len, offset);
-      emit_stmt (e, chunk_load (size), 8 + offset);
-      emit_jump (e, BPF_JMP | BPF_JEQ | BPF_K, chunk_value (s, offset, size),
-                 NEXT, fail);
+      bus_mcast_bpf_emit_stmt (bpf, chunk_load (size), 8 + offset);
+      bus_mcast_bpf_emit_jump (bpf, BPF_JMP | BPF_JEQ | BPF_K,
+                               chunk_value (s, offset, size),
+                               BUS_MCAST_BPF_NEXT, fail);
     }
 }
 
 /* The string whose field starts at X equals @s, or go to @fail.  The
  * length is compared first, so no byte beyond the string is read. */
 static void
-emit_string_test (BusMcastEmitter *e,
-                  const char      *s,
-                  int              fail)
+emit_string_test (BusMcastBpf *bpf,
+                  const char  *s,
+                  int          fail)
 {
   size_t len = strlen (s);
 
   if (len > 0xffff)
     {
-      emit_ja (e, fail);    /* longer than any string of a filtered packet */
+      /* longer than any string of a filtered packet */
+      bus_mcast_bpf_emit_ja (bpf, fail);
       return;
     }
-  emit_stmt (e, BPF_LD | BPF_H | BPF_IND, 4);
-  emit_jump (e, BPF_JMP | BPF_JEQ | BPF_K, SWAP16 (len), NEXT, fail);
-  emit_prefix_test (e, s, len, fail);
+  bus_mcast_bpf_emit_stmt (bpf, BPF_LD | BPF_H | BPF_IND, 4);
+  bus_mcast_bpf_emit_jump (bpf, BPF_JMP | BPF_JEQ | BPF_K, SWAP16 (len),
+                           BUS_MCAST_BPF_NEXT, fail);
+  emit_prefix_test (bpf, s, len, fail);
 }
 
 /* The string at X is @s or starts with @s followed by @separator (the
  * namespace matches of path_namespace and arg0namespace), or go to @fail */
 static void
-emit_namespace_test (BusMcastEmitter *e,
-                     const char      *s,
-                     char             separator,
-                     int              fail)
+emit_namespace_test (BusMcastBpf *bpf,
+                     const char  *s,
+                     char         separator,
+                     int          fail)
 {
   size_t len = strlen (s);
-  int compare = label_new (e);
+  int compare = bus_mcast_bpf_label_new (bpf);
 
   if (len > 0xffff)
     {
-      emit_ja (e, fail);
+      bus_mcast_bpf_emit_ja (bpf, fail);
       return;
     }
-  emit_load_le16 (e, 4);
-  emit_jump (e, BPF_JMP | BPF_JEQ | BPF_K, len, compare, NEXT);
-  emit_jump (e, BPF_JMP | BPF_JGT | BPF_K, len, NEXT, fail);
-  emit_stmt (e, BPF_LD | BPF_B | BPF_IND, 8 + len);
-  emit_jump (e, BPF_JMP | BPF_JEQ | BPF_K, (unsigned char) separator,
-             NEXT, fail);
-  label_place (e, compare);
-  emit_prefix_test (e, s, len, fail);
+  emit_load_le16 (bpf, 4);
+  bus_mcast_bpf_emit_jump (bpf, BPF_JMP | BPF_JEQ | BPF_K, len, compare,
+                           BUS_MCAST_BPF_NEXT);
+  bus_mcast_bpf_emit_jump (bpf, BPF_JMP | BPF_JGT | BPF_K, len,
+                           BUS_MCAST_BPF_NEXT, fail);
+  bus_mcast_bpf_emit_stmt (bpf, BPF_LD | BPF_B | BPF_IND, 8 + len);
+  bus_mcast_bpf_emit_jump (bpf, BPF_JMP | BPF_JEQ | BPF_K,
+                           (unsigned char) separator,
+                           BUS_MCAST_BPF_NEXT, fail);
+  bus_mcast_bpf_label_place (bpf, compare);
+  emit_prefix_test (bpf, s, len, fail);
 }
 
 /* argNpath semantics (bus/signals.c): equal; or @s ends with '/' and is a
  * prefix of the argument; or the argument ends with '/' and is a prefix
  * of @s.  The argument is at X. */
 static void
-emit_arg_path_test (BusMcastEmitter *e,
-                    const char      *s,
-                    int              fail)
+emit_arg_path_test (BusMcastBpf *bpf,
+                    const char  *s,
+                    int          fail)
 {
   size_t len = strlen (s);
-  int full = label_new (e);
-  int done = label_new (e);
+  int full = bus_mcast_bpf_label_new (bpf);
+  int done = bus_mcast_bpf_label_new (bpf);
   size_t k;
 
   if (len == 0 || len > 0xffff)
     {
-      emit_ja (e, fail);
+      bus_mcast_bpf_emit_ja (bpf, fail);
       return;
     }
-  emit_load_le16 (e, 4);
-  emit_jump (e, BPF_JMP | BPF_JEQ | BPF_K, len, full, NEXT);
+  emit_load_le16 (bpf, 4);
+  bus_mcast_bpf_emit_jump (bpf, BPF_JMP | BPF_JEQ | BPF_K, len, full,
+                           BUS_MCAST_BPF_NEXT);
   if (s[len - 1] == '/')
-    emit_jump (e, BPF_JMP | BPF_JGT | BPF_K, len, full, NEXT);
+    bus_mcast_bpf_emit_jump (bpf, BPF_JMP | BPF_JGT | BPF_K, len, full,
+                             BUS_MCAST_BPF_NEXT);
   /* a shorter argument ending in '/' at one of the slashes of s */
   for (k = 1; k < len; k++)
     {
@@ -617,21 +331,25 @@ emit_arg_path_test (BusMcastEmitter *e,
 
       if (s[k - 1] != '/')
         continue;
-      next = label_new (e);
-      emit_jump (e, BPF_JMP | BPF_JEQ | BPF_K, k, NEXT, next);
-      emit_prefix_test (e, s, k, fail);
-      emit_ja (e, done);
-      label_place (e, next);
-      emit_load_le16 (e, 4);
+      next = bus_mcast_bpf_label_new (bpf);
+      bus_mcast_bpf_emit_jump (bpf, BPF_JMP | BPF_JEQ | BPF_K, k,
+                               BUS_MCAST_BPF_NEXT, next);
+      emit_prefix_test (bpf, s, k, fail);
+      bus_mcast_bpf_emit_ja (bpf, done);
+      bus_mcast_bpf_label_place (bpf, next);
+      emit_load_le16 (bpf, 4);
     }
-  emit_ja (e, fail);
-  label_place (e, full);
-  emit_prefix_test (e, s, len, fail);
-  label_place (e, done);
+  bus_mcast_bpf_emit_ja (bpf, fail);
+  bus_mcast_bpf_label_place (bpf, full);
+  emit_prefix_test (bpf, s, len, fail);
+  bus_mcast_bpf_label_place (bpf, done);
 }
 
 /* ---- Header check and walk ------------------------------------------------ */
 
+/* What the header walk does with a field, other than recording it in a
+ * scratch word (M_*) */
+#define FIELD_SKIP (-1)
 #define FIELD_IS_BAD (-2)
 
 /* Checks the fixed header and the total length, and walks the header
@@ -639,9 +357,9 @@ emit_arg_path_test (BusMcastEmitter *e,
  * @walked with every field offset in M[] (ABSENT if not there), or goes
  * to @bad. */
 static void
-emit_header_walk (BusMcastEmitter *e,
-                  int              bad,
-                  int              walked)
+emit_header_walk (BusMcastBpf *bpf,
+                  int          bad,
+                  int          walked)
 {
   /* UNIX_FDS: the kernel never lets fds through the group, so a message
    * that declares some came straight to the daemon with MSG_DONTROUTE,
@@ -650,8 +368,8 @@ emit_header_walk (BusMcastEmitter *e,
   static const struct
   {
     dbus_uint32_t word;
-    int slot;       /* scratch word to record the field in, -1 to skip
-                     * it, FIELD_IS_BAD to go to @bad */
+    int slot;       /* scratch word to record the field in, FIELD_SKIP
+                     * to skip it, FIELD_IS_BAD to go to @bad */
   } fields[] = {
     { FIELD_WORD (DBUS_HEADER_FIELD_PATH, 'o'), M_PATH },
     { FIELD_WORD (DBUS_HEADER_FIELD_INTERFACE, 's'), M_INTERFACE },
@@ -659,133 +377,144 @@ emit_header_walk (BusMcastEmitter *e,
     { FIELD_WORD (DBUS_HEADER_FIELD_DESTINATION, 's'), M_DESTINATION },
     { FIELD_WORD (DBUS_HEADER_FIELD_SENDER, 's'), M_SENDER },
     { FIELD_WORD (DBUS_HEADER_FIELD_SIGNATURE, 'g'), M_SIGNATURE },
-    { FIELD_WORD (DBUS_HEADER_FIELD_ERROR_NAME, 's'), -1 },
-    { FIELD_WORD (DBUS_HEADER_FIELD_REPLY_SERIAL, 'u'), -1 },
+    { FIELD_WORD (DBUS_HEADER_FIELD_ERROR_NAME, 's'), FIELD_SKIP },
+    { FIELD_WORD (DBUS_HEADER_FIELD_REPLY_SERIAL, 'u'), FIELD_SKIP },
     { FIELD_WORD (DBUS_HEADER_FIELD_UNIX_FDS, 'u'), FIELD_IS_BAD }
   };
   static const int slots[] = { M_DESTINATION, M_SENDER, M_PATH, M_INTERFACE,
                                M_MEMBER, M_SIGNATURE };
   int i, j;
 
-  emit_stmt (e, BPF_LD | BPF_IMM, ABSENT);
+  bus_mcast_bpf_emit_stmt (bpf, BPF_LD | BPF_IMM, ABSENT);
   for (i = 0; i < (int) _DBUS_N_ELEMENTS (slots); i++)
-    emit_stmt (e, BPF_ST, slots[i]);
+    bus_mcast_bpf_emit_stmt (bpf, BPF_ST, slots[i]);
 
   /* Fixed header: at least 16 bytes, host byte order, version 1, a known
    * type, lengths below 64 KiB (a filtered packet is at most 64 KiB) */
-  emit_stmt (e, BPF_LD | BPF_W | BPF_LEN, 0);
-  emit_jump (e, BPF_JMP | BPF_JGE | BPF_K, 16, NEXT, bad);
-  emit_stmt (e, BPF_LD | BPF_B | BPF_ABS, 0);
-  emit_jump (e, BPF_JMP | BPF_JEQ | BPF_K, DBUS_LITTLE_ENDIAN, NEXT, bad);
-  emit_stmt (e, BPF_LD | BPF_B | BPF_ABS, 3);
-  emit_jump (e, BPF_JMP | BPF_JEQ | BPF_K, DBUS_MAJOR_PROTOCOL_VERSION,
-             NEXT, bad);
-  emit_stmt (e, BPF_LD | BPF_B | BPF_ABS, 1);
-  emit_jump (e, BPF_JMP | BPF_JEQ | BPF_K, DBUS_MESSAGE_TYPE_INVALID, bad, NEXT);
-  emit_jump (e, BPF_JMP | BPF_JGT | BPF_K, DBUS_MESSAGE_TYPE_SIGNAL, bad, NEXT);
-  emit_stmt (e, BPF_LD | BPF_H | BPF_ABS, 6);
-  emit_jump (e, BPF_JMP | BPF_JEQ | BPF_K, 0, NEXT, bad);
-  emit_stmt (e, BPF_LD | BPF_H | BPF_ABS, 14);
-  emit_jump (e, BPF_JMP | BPF_JEQ | BPF_K, 0, NEXT, bad);
+  bus_mcast_bpf_emit_stmt (bpf, BPF_LD | BPF_W | BPF_LEN, 0);
+  bus_mcast_bpf_emit_jump (bpf, BPF_JMP | BPF_JGE | BPF_K, 16,
+                           BUS_MCAST_BPF_NEXT, bad);
+  bus_mcast_bpf_emit_stmt (bpf, BPF_LD | BPF_B | BPF_ABS, 0);
+  bus_mcast_bpf_emit_jump (bpf, BPF_JMP | BPF_JEQ | BPF_K, DBUS_LITTLE_ENDIAN,
+                           BUS_MCAST_BPF_NEXT, bad);
+  bus_mcast_bpf_emit_stmt (bpf, BPF_LD | BPF_B | BPF_ABS, 3);
+  bus_mcast_bpf_emit_jump (bpf, BPF_JMP | BPF_JEQ | BPF_K,
+                           DBUS_MAJOR_PROTOCOL_VERSION,
+                           BUS_MCAST_BPF_NEXT, bad);
+  bus_mcast_bpf_emit_stmt (bpf, BPF_LD | BPF_B | BPF_ABS, 1);
+  bus_mcast_bpf_emit_jump (bpf, BPF_JMP | BPF_JEQ | BPF_K,
+                           DBUS_MESSAGE_TYPE_INVALID, bad, BUS_MCAST_BPF_NEXT);
+  bus_mcast_bpf_emit_jump (bpf, BPF_JMP | BPF_JGT | BPF_K,
+                           DBUS_MESSAGE_TYPE_SIGNAL, bad, BUS_MCAST_BPF_NEXT);
+  bus_mcast_bpf_emit_stmt (bpf, BPF_LD | BPF_H | BPF_ABS, 6);
+  bus_mcast_bpf_emit_jump (bpf, BPF_JMP | BPF_JEQ | BPF_K, 0,
+                           BUS_MCAST_BPF_NEXT, bad);
+  bus_mcast_bpf_emit_stmt (bpf, BPF_LD | BPF_H | BPF_ABS, 14);
+  bus_mcast_bpf_emit_jump (bpf, BPF_JMP | BPF_JEQ | BPF_K, 0,
+                           BUS_MCAST_BPF_NEXT, bad);
 
   /* fields end = 16 + array length; body = 16 + align8 (array length);
    * the packet is exactly body + body length */
-  emit_stmt (e, BPF_LDX | BPF_IMM, 0);
-  emit_load_le16 (e, 12);
-  emit_stmt (e, BPF_ALU | BPF_ADD | BPF_K, 16);
-  emit_stmt (e, BPF_ST, M_FIELDS_END);
-  emit_stmt (e, BPF_ALU | BPF_ADD | BPF_K, 7);
-  emit_stmt (e, BPF_ALU | BPF_AND | BPF_K, ~7u);
-  emit_stmt (e, BPF_ST, M_BODY);
-  emit_load_le16 (e, 4);
-  emit_stmt (e, BPF_LDX | BPF_MEM, M_BODY);
-  emit_stmt (e, BPF_ALU | BPF_ADD | BPF_X, 0);
-  emit_stmt (e, BPF_LDX | BPF_W | BPF_LEN, 0);
-  emit_jump (e, BPF_JMP | BPF_JEQ | BPF_X, 0, NEXT, bad);
+  bus_mcast_bpf_emit_stmt (bpf, BPF_LDX | BPF_IMM, 0);
+  emit_load_le16 (bpf, 12);
+  bus_mcast_bpf_emit_stmt (bpf, BPF_ALU | BPF_ADD | BPF_K, 16);
+  bus_mcast_bpf_emit_stmt (bpf, BPF_ST, M_FIELDS_END);
+  bus_mcast_bpf_emit_stmt (bpf, BPF_ALU | BPF_ADD | BPF_K, 7);
+  bus_mcast_bpf_emit_stmt (bpf, BPF_ALU | BPF_AND | BPF_K, ~7u);
+  bus_mcast_bpf_emit_stmt (bpf, BPF_ST, M_BODY);
+  emit_load_le16 (bpf, 4);
+  bus_mcast_bpf_emit_stmt (bpf, BPF_LDX | BPF_MEM, M_BODY);
+  bus_mcast_bpf_emit_stmt (bpf, BPF_ALU | BPF_ADD | BPF_X, 0);
+  bus_mcast_bpf_emit_stmt (bpf, BPF_LDX | BPF_W | BPF_LEN, 0);
+  bus_mcast_bpf_emit_jump (bpf, BPF_JMP | BPF_JEQ | BPF_X, 0,
+                           BUS_MCAST_BPF_NEXT, bad);
 
   /* The walk: X = offset of the current field (8-aligned, before the end
    * of the array), unrolled MAX_FIELDS times. */
-  emit_stmt (e, BPF_LD | BPF_MEM, M_FIELDS_END);
-  emit_jump (e, BPF_JMP | BPF_JEQ | BPF_K, 16, walked, NEXT);
-  emit_stmt (e, BPF_LDX | BPF_IMM, 16);
+  bus_mcast_bpf_emit_stmt (bpf, BPF_LD | BPF_MEM, M_FIELDS_END);
+  bus_mcast_bpf_emit_jump (bpf, BPF_JMP | BPF_JEQ | BPF_K, 16, walked,
+                           BUS_MCAST_BPF_NEXT);
+  bus_mcast_bpf_emit_stmt (bpf, BPF_LDX | BPF_IMM, 16);
 
   for (i = 0; i < MAX_FIELDS; i++)
     {
       int record[_DBUS_N_ELEMENTS (fields)];
-      int skip_string = label_new (e);
-      int skip_signature = label_new (e);
-      int skip_u32 = label_new (e);
-      int end = label_new (e);
+      int skip_string = bus_mcast_bpf_label_new (bpf);
+      int skip_signature = bus_mcast_bpf_label_new (bpf);
+      int skip_u32 = bus_mcast_bpf_label_new (bpf);
+      int end = bus_mcast_bpf_label_new (bpf);
 
-      emit_stmt (e, BPF_LD | BPF_W | BPF_IND, 0);
+      bus_mcast_bpf_emit_stmt (bpf, BPF_LD | BPF_W | BPF_IND, 0);
       for (j = 0; j < (int) _DBUS_N_ELEMENTS (fields); j++)
         {
           if (fields[j].slot >= 0)
-            record[j] = label_new (e);
+            record[j] = bus_mcast_bpf_label_new (bpf);
           else if (fields[j].slot == FIELD_IS_BAD)
             record[j] = bad;
           else if ((fields[j].word & 0xff00) == ('s' << 8))
             record[j] = skip_string;
           else
             record[j] = skip_u32;
-          emit_jump (e, BPF_JMP | BPF_JEQ | BPF_K, fields[j].word,
-                     record[j], NEXT);
+          bus_mcast_bpf_emit_jump (bpf, BPF_JMP | BPF_JEQ | BPF_K,
+                                   fields[j].word, record[j],
+                                   BUS_MCAST_BPF_NEXT);
         }
 
-      /* codes 1 to 9 with another type are invalid; higher codes are
-       * skipped if their type is basic */
       /* Any other field, known code with another type or unknown code,
        * goes where malformed packets go: dbus-daemon strips unknown
        * fields before anyone sees them (HeaderFiltering), so such a
        * message reaches members only through the daemon. */
-      emit_ja (e, bad);
+      bus_mcast_bpf_emit_ja (bpf, bad);
 
       for (j = 0; j < (int) _DBUS_N_ELEMENTS (fields); j++)
         {
           if (fields[j].slot < 0)
             continue;
-          label_place (e, record[j]);
-          emit_stmt (e, BPF_MISC | BPF_TXA, 0);
-          emit_stmt (e, BPF_ST, fields[j].slot);
+          bus_mcast_bpf_label_place (bpf, record[j]);
+          bus_mcast_bpf_emit_stmt (bpf, BPF_MISC | BPF_TXA, 0);
+          bus_mcast_bpf_emit_stmt (bpf, BPF_ST, fields[j].slot);
           if (fields[j].slot == M_SIGNATURE)
-            emit_ja (e, skip_signature);
+            bus_mcast_bpf_emit_ja (bpf, skip_signature);
           else
-            emit_ja (e, skip_string);
+            bus_mcast_bpf_emit_ja (bpf, skip_string);
         }
 
       /* string, object path: u32 length, bytes, nul */
-      label_place (e, skip_string);
-      emit_stmt (e, BPF_LD | BPF_H | BPF_IND, 6);
-      emit_jump (e, BPF_JMP | BPF_JEQ | BPF_K, 0, NEXT, bad);
-      emit_load_le16 (e, 4);
-      emit_stmt (e, BPF_ALU | BPF_ADD | BPF_K, 8 + 1);
-      emit_stmt (e, BPF_ALU | BPF_ADD | BPF_X, 0);
-      emit_ja (e, end);
+      bus_mcast_bpf_label_place (bpf, skip_string);
+      bus_mcast_bpf_emit_stmt (bpf, BPF_LD | BPF_H | BPF_IND, 6);
+      bus_mcast_bpf_emit_jump (bpf, BPF_JMP | BPF_JEQ | BPF_K, 0,
+                               BUS_MCAST_BPF_NEXT, bad);
+      emit_load_le16 (bpf, 4);
+      bus_mcast_bpf_emit_stmt (bpf, BPF_ALU | BPF_ADD | BPF_K, 8 + 1);
+      bus_mcast_bpf_emit_stmt (bpf, BPF_ALU | BPF_ADD | BPF_X, 0);
+      bus_mcast_bpf_emit_ja (bpf, end);
 
       /* signature: u8 length, bytes, nul */
-      label_place (e, skip_signature);
-      emit_stmt (e, BPF_LD | BPF_B | BPF_IND, 4);
-      emit_stmt (e, BPF_ALU | BPF_ADD | BPF_K, 4 + 1 + 1);
-      emit_stmt (e, BPF_ALU | BPF_ADD | BPF_X, 0);
-      emit_ja (e, end);
+      bus_mcast_bpf_label_place (bpf, skip_signature);
+      bus_mcast_bpf_emit_stmt (bpf, BPF_LD | BPF_B | BPF_IND, 4);
+      bus_mcast_bpf_emit_stmt (bpf, BPF_ALU | BPF_ADD | BPF_K, 4 + 1 + 1);
+      bus_mcast_bpf_emit_stmt (bpf, BPF_ALU | BPF_ADD | BPF_X, 0);
+      bus_mcast_bpf_emit_ja (bpf, end);
 
-      label_place (e, skip_u32);
-      emit_stmt (e, BPF_MISC | BPF_TXA, 0);
-      emit_stmt (e, BPF_ALU | BPF_ADD | BPF_K, 8);
+      bus_mcast_bpf_label_place (bpf, skip_u32);
+      bus_mcast_bpf_emit_stmt (bpf, BPF_MISC | BPF_TXA, 0);
+      bus_mcast_bpf_emit_stmt (bpf, BPF_ALU | BPF_ADD | BPF_K, 8);
 
       /* A = end of the field: the last one ends the array exactly, any
        * other is followed by another field inside it */
-      label_place (e, end);
-      emit_stmt (e, BPF_LDX | BPF_MEM, M_FIELDS_END);
-      emit_jump (e, BPF_JMP | BPF_JEQ | BPF_X, 0, walked, NEXT);
-      emit_stmt (e, BPF_ALU | BPF_ADD | BPF_K, 7);
-      emit_stmt (e, BPF_ALU | BPF_AND | BPF_K, ~7u);
-      emit_jump (e, BPF_JMP | BPF_JGE | BPF_X, 0, bad, NEXT);
-      emit_stmt (e, BPF_MISC | BPF_TAX, 0);
+      bus_mcast_bpf_label_place (bpf, end);
+      bus_mcast_bpf_emit_stmt (bpf, BPF_LDX | BPF_MEM, M_FIELDS_END);
+      bus_mcast_bpf_emit_jump (bpf, BPF_JMP | BPF_JEQ | BPF_X, 0, walked,
+                               BUS_MCAST_BPF_NEXT);
+      bus_mcast_bpf_emit_stmt (bpf, BPF_ALU | BPF_ADD | BPF_K, 7);
+      bus_mcast_bpf_emit_stmt (bpf, BPF_ALU | BPF_AND | BPF_K, ~7u);
+      bus_mcast_bpf_emit_jump (bpf, BPF_JMP | BPF_JGE | BPF_X, 0, bad,
+                               BUS_MCAST_BPF_NEXT);
+      bus_mcast_bpf_emit_stmt (bpf, BPF_MISC | BPF_TAX, 0);
     }
 
   /* more than MAX_FIELDS fields */
-  emit_ja (e, bad);
+  bus_mcast_bpf_emit_ja (bpf, bad);
 }
 
 /* ---- Sets of strings: a decision tree over length, then chunks ---------- */
@@ -847,7 +576,7 @@ key_chunk_value (const BusMcastKey *key,
   return chunk_value (key->s, offset, chunk_size (key->len, offset));
 }
 
-static void emit_trie_chunks (BusMcastEmitter   *e,
+static void emit_trie_chunks (BusMcastBpf       *bpf,
                               const BusMcastKey *keys,
                               int                n,
                               int                offset,
@@ -858,7 +587,7 @@ static void emit_trie_chunks (BusMcastEmitter   *e,
  * leaf, any other continues with its next chunk.  The last group's
  * subtree follows inline, the others come after it. */
 static void
-emit_trie_level (BusMcastEmitter   *e,
+emit_trie_level (BusMcastBpf       *bpf,
                  const BusMcastKey *keys,
                  int                n,
                  BusMcastKeyValue   value_of,
@@ -872,7 +601,7 @@ emit_trie_level (BusMcastEmitter   *e,
   labels = dbus_new (int, n);
   if (labels == NULL)
     {
-      e->oom = TRUE;
+      bus_mcast_bpf_set_oom (bpf);
       return;
     }
 
@@ -887,17 +616,18 @@ emit_trie_level (BusMcastEmitter   *e,
       if (keys[i].len == child_offset)
         labels[i] = keys[i].leaf;          /* the string ends here */
       else
-        labels[i] = last ? NEXT : label_new (e);
-      emit_jump (e, BPF_JMP | BPF_JEQ | BPF_K, v, labels[i],
-                 last ? fail : NEXT);
+        labels[i] = last ? BUS_MCAST_BPF_NEXT
+                         : bus_mcast_bpf_label_new (bpf);
+      bus_mcast_bpf_emit_jump (bpf, BPF_JMP | BPF_JEQ | BPF_K, v, labels[i],
+                               last ? fail : BUS_MCAST_BPF_NEXT);
     }
 
   for (i = n - 1; i >= 0; i--)
     if (i == 0 || value_of (&keys[i - 1], offset) != value_of (&keys[i], offset))
       break;
   /* i: first key of the last group */
-  if (labels[i] == NEXT)
-    emit_trie_chunks (e, keys + i, n - i, child_offset, fail);
+  if (labels[i] == BUS_MCAST_BPF_NEXT)
+    emit_trie_chunks (bpf, keys + i, n - i, child_offset, fail);
 
   for (i = 0; i < n; i = j)
     {
@@ -907,8 +637,8 @@ emit_trie_level (BusMcastEmitter   *e,
         ;
       if (j == n || labels[i] == keys[i].leaf)
         continue;
-      label_place (e, labels[i]);
-      emit_trie_chunks (e, keys + i, j - i, child_offset, fail);
+      bus_mcast_bpf_label_place (bpf, labels[i]);
+      emit_trie_chunks (bpf, keys + i, j - i, child_offset, fail);
     }
 
   dbus_free (labels);
@@ -916,7 +646,7 @@ emit_trie_level (BusMcastEmitter   *e,
 
 /* @keys all have the same length and the same first @offset bytes */
 static void
-emit_trie_chunks (BusMcastEmitter   *e,
+emit_trie_chunks (BusMcastBpf       *bpf,
                   const BusMcastKey *keys,
                   int                n,
                   int                offset,
@@ -924,25 +654,25 @@ emit_trie_chunks (BusMcastEmitter   *e,
 {
   int size = chunk_size (keys[0].len, offset);
 
-  emit_stmt (e, chunk_load (size), 8 + offset);
-  emit_trie_level (e, keys, n, key_chunk_value, offset, offset + size, fail);
+  bus_mcast_bpf_emit_stmt (bpf, chunk_load (size), 8 + offset);
+  emit_trie_level (bpf, keys, n, key_chunk_value, offset, offset + size, fail);
 }
 
 /* Goes to the leaf of the key equal to the string whose field starts at X,
  * or to @fail.  @keys come from keys_sort_unique(). */
 static void
-emit_trie (BusMcastEmitter   *e,
+emit_trie (BusMcastBpf       *bpf,
            const BusMcastKey *keys,
            int                n,
            int                fail)
 {
   if (n == 0)
     {
-      emit_ja (e, fail);
+      bus_mcast_bpf_emit_ja (bpf, fail);
       return;
     }
-  emit_stmt (e, BPF_LD | BPF_H | BPF_IND, 4);
-  emit_trie_level (e, keys, n, key_length_value, 0, 0, fail);
+  bus_mcast_bpf_emit_stmt (bpf, BPF_LD | BPF_H | BPF_IND, 4);
+  emit_trie_level (bpf, keys, n, key_length_value, 0, 0, fail);
 }
 
 /* ---- Rules ----------------------------------------------------------------- */
@@ -955,7 +685,7 @@ typedef enum
 
 typedef struct
 {
-  BusMcastEmitter e;
+  BusMcastBpf *bpf;
   BusMcastFilter *filter;
   BusMcastRule **rules;     /* sorted by rule_compare(), without repeats */
   int n_rules;
@@ -1040,77 +770,85 @@ rule_tests_arg0 (const BusMcastRule *r)
  * string (or object path), lies within the packet and is shorter than
  * 64 KiB; ABSENT otherwise. */
 static void
-emit_arg0_prepare (BusMcastEmitter *e)
+emit_arg0_prepare (BusMcastBpf *bpf)
 {
-  int string = label_new (e);
-  int done = label_new (e);
+  int string = bus_mcast_bpf_label_new (bpf);
+  int done = bus_mcast_bpf_label_new (bpf);
 
-  emit_stmt (e, BPF_LD | BPF_IMM, ABSENT);
-  emit_stmt (e, BPF_ST, M_ARG0_STRING);
-  emit_stmt (e, BPF_ST, M_ARG0_PATH);
+  bus_mcast_bpf_emit_stmt (bpf, BPF_LD | BPF_IMM, ABSENT);
+  bus_mcast_bpf_emit_stmt (bpf, BPF_ST, M_ARG0_STRING);
+  bus_mcast_bpf_emit_stmt (bpf, BPF_ST, M_ARG0_PATH);
 
   /* room for the length, the bytes and the nul */
-  emit_stmt (e, BPF_LDX | BPF_MEM, M_BODY);
-  emit_stmt (e, BPF_LD | BPF_W | BPF_LEN, 0);
-  emit_stmt (e, BPF_ALU | BPF_SUB | BPF_X, 0);
-  emit_jump (e, BPF_JMP | BPF_JGE | BPF_K, 4 + 1, NEXT, done);
-  emit_stmt (e, BPF_ST, M_TEMP);
-  emit_stmt (e, BPF_LD | BPF_H | BPF_IND, 2);
-  emit_jump (e, BPF_JMP | BPF_JEQ | BPF_K, 0, NEXT, done);
-  emit_load_le16 (e, 0);
-  emit_stmt (e, BPF_ALU | BPF_ADD | BPF_K, 4 + 1);
-  emit_stmt (e, BPF_LDX | BPF_MEM, M_TEMP);
-  emit_jump (e, BPF_JMP | BPF_JGT | BPF_X, 0, done, NEXT);
+  bus_mcast_bpf_emit_stmt (bpf, BPF_LDX | BPF_MEM, M_BODY);
+  bus_mcast_bpf_emit_stmt (bpf, BPF_LD | BPF_W | BPF_LEN, 0);
+  bus_mcast_bpf_emit_stmt (bpf, BPF_ALU | BPF_SUB | BPF_X, 0);
+  bus_mcast_bpf_emit_jump (bpf, BPF_JMP | BPF_JGE | BPF_K, 4 + 1,
+                           BUS_MCAST_BPF_NEXT, done);
+  bus_mcast_bpf_emit_stmt (bpf, BPF_ST, M_TEMP);
+  bus_mcast_bpf_emit_stmt (bpf, BPF_LD | BPF_H | BPF_IND, 2);
+  bus_mcast_bpf_emit_jump (bpf, BPF_JMP | BPF_JEQ | BPF_K, 0,
+                           BUS_MCAST_BPF_NEXT, done);
+  emit_load_le16 (bpf, 0);
+  bus_mcast_bpf_emit_stmt (bpf, BPF_ALU | BPF_ADD | BPF_K, 4 + 1);
+  bus_mcast_bpf_emit_stmt (bpf, BPF_LDX | BPF_MEM, M_TEMP);
+  bus_mcast_bpf_emit_jump (bpf, BPF_JMP | BPF_JGT | BPF_X, 0, done,
+                           BUS_MCAST_BPF_NEXT);
 
   /* the type: first character of the signature */
-  emit_stmt (e, BPF_LDX | BPF_MEM, M_SIGNATURE);
-  emit_stmt (e, BPF_LD | BPF_B | BPF_IND, 4);
-  emit_jump (e, BPF_JMP | BPF_JEQ | BPF_K, 0, done, NEXT);
-  emit_stmt (e, BPF_LD | BPF_B | BPF_IND, 5);
-  emit_jump (e, BPF_JMP | BPF_JEQ | BPF_K, DBUS_TYPE_STRING, string, NEXT);
-  emit_jump (e, BPF_JMP | BPF_JEQ | BPF_K, DBUS_TYPE_OBJECT_PATH, NEXT, done);
-  emit_stmt (e, BPF_LD | BPF_MEM, M_BODY);
-  emit_stmt (e, BPF_ALU | BPF_SUB | BPF_K, 4);
-  emit_stmt (e, BPF_ST, M_ARG0_PATH);
-  emit_ja (e, done);
+  bus_mcast_bpf_emit_stmt (bpf, BPF_LDX | BPF_MEM, M_SIGNATURE);
+  bus_mcast_bpf_emit_stmt (bpf, BPF_LD | BPF_B | BPF_IND, 4);
+  bus_mcast_bpf_emit_jump (bpf, BPF_JMP | BPF_JEQ | BPF_K, 0, done,
+                           BUS_MCAST_BPF_NEXT);
+  bus_mcast_bpf_emit_stmt (bpf, BPF_LD | BPF_B | BPF_IND, 5);
+  bus_mcast_bpf_emit_jump (bpf, BPF_JMP | BPF_JEQ | BPF_K, DBUS_TYPE_STRING,
+                           string, BUS_MCAST_BPF_NEXT);
+  bus_mcast_bpf_emit_jump (bpf, BPF_JMP | BPF_JEQ | BPF_K,
+                           DBUS_TYPE_OBJECT_PATH, BUS_MCAST_BPF_NEXT, done);
+  bus_mcast_bpf_emit_stmt (bpf, BPF_LD | BPF_MEM, M_BODY);
+  bus_mcast_bpf_emit_stmt (bpf, BPF_ALU | BPF_SUB | BPF_K, 4);
+  bus_mcast_bpf_emit_stmt (bpf, BPF_ST, M_ARG0_PATH);
+  bus_mcast_bpf_emit_ja (bpf, done);
 
-  label_place (e, string);
-  emit_stmt (e, BPF_LD | BPF_MEM, M_BODY);
-  emit_stmt (e, BPF_ALU | BPF_SUB | BPF_K, 4);
-  emit_stmt (e, BPF_ST, M_ARG0_STRING);
-  emit_stmt (e, BPF_ST, M_ARG0_PATH);
-  label_place (e, done);
+  bus_mcast_bpf_label_place (bpf, string);
+  bus_mcast_bpf_emit_stmt (bpf, BPF_LD | BPF_MEM, M_BODY);
+  bus_mcast_bpf_emit_stmt (bpf, BPF_ALU | BPF_SUB | BPF_K, 4);
+  bus_mcast_bpf_emit_stmt (bpf, BPF_ST, M_ARG0_STRING);
+  bus_mcast_bpf_emit_stmt (bpf, BPF_ST, M_ARG0_PATH);
+  bus_mcast_bpf_label_place (bpf, done);
 }
 
 /* argN= (strings only), argNpath= (strings and object paths) and
  * arg0namespace= on the first argument (bus/signals.c) */
 static void
-emit_arg0_test (BusMcastEmitter     *e,
+emit_arg0_test (BusMcastBpf         *bpf,
                 const DBusMatchRule *rule,
                 int                  fail)
 {
   unsigned int how = rule->arg_lens[0] & DBUS_MATCH_ARG_FLAGS;
 
-  emit_stmt (e, BPF_LD | BPF_MEM,
-             (how & DBUS_MATCH_ARG_IS_PATH) ? M_ARG0_PATH : M_ARG0_STRING);
-  emit_jump (e, BPF_JMP | BPF_JEQ | BPF_K, ABSENT, fail, NEXT);
-  emit_stmt (e, BPF_MISC | BPF_TAX, 0);
+  bus_mcast_bpf_emit_stmt (bpf, BPF_LD | BPF_MEM,
+                           (how & DBUS_MATCH_ARG_IS_PATH)
+                           ? M_ARG0_PATH : M_ARG0_STRING);
+  bus_mcast_bpf_emit_jump (bpf, BPF_JMP | BPF_JEQ | BPF_K, ABSENT, fail,
+                           BUS_MCAST_BPF_NEXT);
+  bus_mcast_bpf_emit_stmt (bpf, BPF_MISC | BPF_TAX, 0);
   if (how & DBUS_MATCH_ARG_IS_PATH)
-    emit_arg_path_test (e, rule->args[0], fail);
+    emit_arg_path_test (bpf, rule->args[0], fail);
   else if (how & DBUS_MATCH_ARG_NAMESPACE)
-    emit_namespace_test (e, rule->args[0], '.', fail);
+    emit_namespace_test (bpf, rule->args[0], '.', fail);
   else
-    emit_string_test (e, rule->args[0], fail);
+    emit_string_test (bpf, rule->args[0], fail);
 }
 
 static void
-emit_field_string_test (BusMcastEmitter *e,
-                        int              slot,
-                        const char      *s,
-                        int              fail)
+emit_field_string_test (BusMcastBpf *bpf,
+                        int          slot,
+                        const char  *s,
+                        int          fail)
 {
-  emit_stmt (e, BPF_LDX | BPF_MEM, slot);
-  emit_string_test (e, s, fail);
+  bus_mcast_bpf_emit_stmt (bpf, BPF_LDX | BPF_MEM, slot);
+  emit_string_test (bpf, s, fail);
 }
 
 /* Every key of @r but its sender, as far as the level allows; goes to
@@ -1121,37 +859,39 @@ emit_rule_keys (BusMcastCompiler   *c,
                 BusMcastSection     section,
                 int                 fail)
 {
-  BusMcastEmitter *e = &c->e;
+  BusMcastBpf *bpf = c->bpf;
   const DBusMatchRule *rule = r->rule;
   int i;
 
   /* a broadcast is a signal: rule_applies() checked the type */
   if (section == SECTION_EAVESDROP && (rule->flags & DBUS_MATCH_MESSAGE_TYPE))
     {
-      emit_stmt (e, BPF_LD | BPF_B | BPF_ABS, 1);
-      emit_jump (e, BPF_JMP | BPF_JEQ | BPF_K, rule->message_type, NEXT, fail);
+      bus_mcast_bpf_emit_stmt (bpf, BPF_LD | BPF_B | BPF_ABS, 1);
+      bus_mcast_bpf_emit_jump (bpf, BPF_JMP | BPF_JEQ | BPF_K,
+                               rule->message_type, BUS_MCAST_BPF_NEXT, fail);
     }
   if (rule->flags & DBUS_MATCH_MEMBER)
-    emit_field_string_test (e, M_MEMBER, rule->member, fail);
+    emit_field_string_test (bpf, M_MEMBER, rule->member, fail);
   if (rule->flags & DBUS_MATCH_INTERFACE)
-    emit_field_string_test (e, M_INTERFACE, rule->interface, fail);
+    emit_field_string_test (bpf, M_INTERFACE, rule->interface, fail);
   if (rule->flags & DBUS_MATCH_PATH)
-    emit_field_string_test (e, M_PATH, rule->path, fail);
+    emit_field_string_test (bpf, M_PATH, rule->path, fail);
   if (rule->flags & DBUS_MATCH_PATH_NAMESPACE)
     {
       if (strcmp (rule->path, "/") == 0)
         {
-          emit_stmt (e, BPF_LD | BPF_MEM, M_PATH);
-          emit_jump (e, BPF_JMP | BPF_JEQ | BPF_K, ABSENT, fail, NEXT);
+          bus_mcast_bpf_emit_stmt (bpf, BPF_LD | BPF_MEM, M_PATH);
+          bus_mcast_bpf_emit_jump (bpf, BPF_JMP | BPF_JEQ | BPF_K, ABSENT,
+                                   fail, BUS_MCAST_BPF_NEXT);
         }
       else
         {
-          emit_stmt (e, BPF_LDX | BPF_MEM, M_PATH);
-          emit_namespace_test (e, rule->path, '/', fail);
+          bus_mcast_bpf_emit_stmt (bpf, BPF_LDX | BPF_MEM, M_PATH);
+          emit_namespace_test (bpf, rule->path, '/', fail);
         }
     }
   if (rule->flags & DBUS_MATCH_DESTINATION)
-    emit_field_string_test (e, M_DESTINATION, rule->destination, fail);
+    emit_field_string_test (bpf, M_DESTINATION, rule->destination, fail);
 
   if (!(rule->flags & DBUS_MATCH_ARGS) || c->level != BUS_MCAST_PRECISION_EXACT)
     return;
@@ -1160,7 +900,7 @@ emit_rule_keys (BusMcastCompiler   *c,
       if (rule->args[i] == NULL)
         continue;
       if (i == 0)
-        emit_arg0_test (e, rule, fail);
+        emit_arg0_test (bpf, rule, fail);
       else
         c->args_loosened = TRUE;    /* no fixed offset: taken as matching */
     }
@@ -1176,21 +916,21 @@ emit_rule_list (BusMcastCompiler *c,
                 int               pass,
                 int               fail)
 {
-  BusMcastEmitter *e = &c->e;
+  BusMcastBpf *bpf = c->bpf;
   int i;
 
   for (i = 0; i < n; i++)
     {
-      int next = label_new (e);
-      int before = e->n_insns;
+      int next = bus_mcast_bpf_label_new (bpf);
+      int before = bus_mcast_bpf_get_length (bpf);
 
       emit_rule_keys (c, rules[i], section, next);
-      emit_ja (e, pass);
-      label_place (e, next);
-      if (e->n_insns == before + 1)
+      bus_mcast_bpf_emit_ja (bpf, pass);
+      bus_mcast_bpf_label_place (bpf, next);
+      if (bus_mcast_bpf_get_length (bpf) == before + 1)
         return;     /* matches every message: the rest can't add anything */
     }
-  emit_ja (e, fail);
+  bus_mcast_bpf_emit_ja (bpf, fail);
 }
 
 /* The rules that apply to @section: the senders they ask for in one tree,
@@ -1201,7 +941,7 @@ emit_rule_section (BusMcastCompiler *c,
                    int               pass,
                    int               fail)
 {
-  BusMcastEmitter *e = &c->e;
+  BusMcastBpf *bpf = c->bpf;
   BusMcastRule **set;
   BusMcastKey *keys;
   int *first;       /* per key: index in set of its first rule */
@@ -1214,7 +954,7 @@ emit_rule_section (BusMcastCompiler *c,
   first = dbus_new (int, c->n_rules + 2);
   if (set == NULL || keys == NULL || first == NULL)
     {
-      e->oom = TRUE;
+      bus_mcast_bpf_set_oom (bpf);
       goto out;
     }
 
@@ -1232,7 +972,7 @@ emit_rule_section (BusMcastCompiler *c,
           keys[n_keys].s = r->sender;
           keys[n_keys].len = strlen (r->sender);
           keys[n_keys].leaf = c->level == BUS_MCAST_PRECISION_SENDERS
-            ? pass : label_new (e);
+            ? pass : bus_mcast_bpf_label_new (bpf);
           first[n_keys++] = n;
         }
       arg0 = arg0 || rule_tests_arg0 (r);
@@ -1242,45 +982,45 @@ emit_rule_section (BusMcastCompiler *c,
 
   if (n == 0)
     {
-      emit_ja (e, fail);
+      bus_mcast_bpf_emit_ja (bpf, fail);
       goto out;
     }
   if (c->level == BUS_MCAST_PRECISION_SIGNALS
       || (c->level == BUS_MCAST_PRECISION_SENDERS && n_unsent > 0))
     {
-      emit_ja (e, pass);
+      bus_mcast_bpf_emit_ja (bpf, pass);
       goto out;
     }
 
   if (arg0 && c->level == BUS_MCAST_PRECISION_EXACT)
-    emit_arg0_prepare (e);
+    emit_arg0_prepare (bpf);
 
-  others = n_unsent > 0 ? label_new (e) : fail;
+  others = n_unsent > 0 ? bus_mcast_bpf_label_new (bpf) : fail;
   if (n_keys > 0)
     {
       BusMcastKey *sorted = dbus_new (BusMcastKey, n_keys);
 
       if (sorted == NULL)
         {
-          e->oom = TRUE;
+          bus_mcast_bpf_set_oom (bpf);
           goto out;
         }
       memcpy (sorted, keys, sizeof (BusMcastKey) * n_keys);
       /* senders are already distinct: this only orders them */
-      emit_stmt (e, BPF_LDX | BPF_MEM, M_SENDER);
-      emit_trie (e, sorted, keys_sort_unique (sorted, n_keys), others);
+      bus_mcast_bpf_emit_stmt (bpf, BPF_LDX | BPF_MEM, M_SENDER);
+      emit_trie (bpf, sorted, keys_sort_unique (sorted, n_keys), others);
       dbus_free (sorted);
     }
   if (c->level != BUS_MCAST_PRECISION_SENDERS)
     for (k = 0; k < n_keys; k++)
       {
-        label_place (e, keys[k].leaf);
+        bus_mcast_bpf_label_place (bpf, keys[k].leaf);
         emit_rule_list (c, set + first[k], first[k + 1] - first[k], section,
                         pass, others);
       }
   if (n_unsent > 0)
     {
-      label_place (e, others);
+      bus_mcast_bpf_label_place (bpf, others);
       emit_rule_list (c, set, n_unsent, section, pass, fail);
     }
 
@@ -1298,14 +1038,14 @@ emit_names (BusMcastCompiler *c,
             int               leaf,
             int               fail)
 {
-  BusMcastEmitter *e = &c->e;
+  BusMcastBpf *bpf = c->bpf;
   BusMcastKey *keys;
   int i;
 
   keys = dbus_new (BusMcastKey, c->filter->n_names + 1);
   if (keys == NULL)
     {
-      e->oom = TRUE;
+      bus_mcast_bpf_set_oom (bpf);
       return;
     }
   for (i = 0; i < c->filter->n_names; i++)
@@ -1314,8 +1054,8 @@ emit_names (BusMcastCompiler *c,
       keys[i].len = strlen (keys[i].s);
       keys[i].leaf = leaf;
     }
-  emit_stmt (e, BPF_LDX | BPF_MEM, M_DESTINATION);
-  emit_trie (e, keys, keys_sort_unique (keys, c->filter->n_names), fail);
+  bus_mcast_bpf_emit_stmt (bpf, BPF_LDX | BPF_MEM, M_DESTINATION);
+  emit_trie (bpf, keys, keys_sort_unique (keys, c->filter->n_names), fail);
   dbus_free (keys);
 }
 
@@ -1325,52 +1065,54 @@ static void
 emit_program (BusMcastCompiler *c,
               dbus_bool_t       with_names)
 {
-  BusMcastEmitter *e = &c->e;
+  BusMcastBpf *bpf = c->bpf;
   dbus_bool_t member = c->filter->kind == BUS_MCAST_FILTER_MEMBER;
-  int walked, no_destination, eavesdrop;
+  int pass, drop, walked, no_destination, eavesdrop;
 
-  e->pass = label_new (e);
-  e->drop = label_new (e);
-  walked = label_new (e);
-  no_destination = label_new (e);
-  eavesdrop = label_new (e);
+  pass = bus_mcast_bpf_label_new (bpf);
+  drop = bus_mcast_bpf_label_new (bpf);
+  walked = bus_mcast_bpf_label_new (bpf);
+  no_destination = bus_mcast_bpf_label_new (bpf);
+  eavesdrop = bus_mcast_bpf_label_new (bpf);
 
-  emit_header_walk (e, member ? e->drop : e->pass, walked);
-  label_place (e, walked);
+  emit_header_walk (bpf, member ? drop : pass, walked);
+  bus_mcast_bpf_label_place (bpf, walked);
 
-  emit_stmt (e, BPF_LD | BPF_MEM, M_DESTINATION);
-  emit_jump (e, BPF_JMP | BPF_JEQ | BPF_K, ABSENT, no_destination, NEXT);
+  bus_mcast_bpf_emit_stmt (bpf, BPF_LD | BPF_MEM, M_DESTINATION);
+  bus_mcast_bpf_emit_jump (bpf, BPF_JMP | BPF_JEQ | BPF_K, ABSENT,
+                           no_destination, BUS_MCAST_BPF_NEXT);
   if (member)
     {
       /* ours, or eavesdropped */
-      emit_names (c, e->pass, eavesdrop);
-      label_place (e, eavesdrop);
-      emit_rule_section (c, SECTION_EAVESDROP, e->pass, e->drop);
+      emit_names (c, pass, eavesdrop);
+      bus_mcast_bpf_label_place (bpf, eavesdrop);
+      emit_rule_section (c, SECTION_EAVESDROP, pass, drop);
     }
   else if (with_names)
     {
       /* a member's (it got it directly), unless eavesdropped */
-      emit_names (c, eavesdrop, e->pass);
-      label_place (e, eavesdrop);
-      emit_rule_section (c, SECTION_EAVESDROP, e->pass, e->drop);
+      emit_names (c, eavesdrop, pass);
+      bus_mcast_bpf_label_place (bpf, eavesdrop);
+      emit_rule_section (c, SECTION_EAVESDROP, pass, drop);
     }
   else
     {
-      emit_ja (e, e->pass);
+      bus_mcast_bpf_emit_ja (bpf, pass);
     }
 
   /* no destination: a member gets only signals, the daemon everything
    * else (method calls to the bus driver) */
-  label_place (e, no_destination);
-  emit_stmt (e, BPF_LD | BPF_B | BPF_ABS, 1);
-  emit_jump (e, BPF_JMP | BPF_JEQ | BPF_K, DBUS_MESSAGE_TYPE_SIGNAL,
-             NEXT, member ? e->drop : e->pass);
-  emit_rule_section (c, SECTION_BROADCAST, e->pass, e->drop);
+  bus_mcast_bpf_label_place (bpf, no_destination);
+  bus_mcast_bpf_emit_stmt (bpf, BPF_LD | BPF_B | BPF_ABS, 1);
+  bus_mcast_bpf_emit_jump (bpf, BPF_JMP | BPF_JEQ | BPF_K,
+                           DBUS_MESSAGE_TYPE_SIGNAL, BUS_MCAST_BPF_NEXT,
+                           member ? drop : pass);
+  emit_rule_section (c, SECTION_BROADCAST, pass, drop);
 
-  label_place (e, e->pass);
-  emit_stmt (e, BPF_RET | BPF_K, PASS_VALUE);
-  label_place (e, e->drop);
-  emit_stmt (e, BPF_RET | BPF_K, DROP_VALUE);
+  bus_mcast_bpf_label_place (bpf, pass);
+  bus_mcast_bpf_emit_stmt (bpf, BPF_RET | BPF_K, PASS_VALUE);
+  bus_mcast_bpf_label_place (bpf, drop);
+  bus_mcast_bpf_emit_stmt (bpf, BPF_RET | BPF_K, DROP_VALUE);
 }
 
 /* FALSE with *oom set, or if it does not fit */
@@ -1381,20 +1123,29 @@ compile_at (BusMcastCompiler  *c,
             BusMcastProgram   *program,
             dbus_bool_t       *oom)
 {
-  BusMcastEmitter *e = &c->e;
+  struct sock_fprog laid_out;
   dbus_bool_t ok;
 
-  memset (e, 0, sizeof (BusMcastEmitter));
+  c->bpf = bus_mcast_bpf_new ();
+  if (c->bpf == NULL)
+    {
+      *oom = TRUE;
+      return FALSE;
+    }
   c->level = level;
   c->args_loosened = FALSE;
   emit_program (c, with_names);
-  ok = bus_mcast_emitter_finish (e, program);
-  *oom = e->oom;
-  dbus_free (e->insns);
-  dbus_free (e->labels);
+  ok = bus_mcast_bpf_finish (c->bpf, &laid_out, oom);
+  bus_mcast_bpf_free (c->bpf);
+  c->bpf = NULL;
   if (ok)
-    program->precision = level == BUS_MCAST_PRECISION_EXACT && c->args_loosened
-      ? BUS_MCAST_PRECISION_NO_ARGS : level;
+    {
+      program->insns = laid_out.filter;
+      program->len = laid_out.len;
+      program->precision =
+        level == BUS_MCAST_PRECISION_EXACT && c->args_loosened
+        ? BUS_MCAST_PRECISION_NO_ARGS : level;
+    }
   return ok;
 }
 

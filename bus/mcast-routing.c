@@ -15,14 +15,13 @@
 #include <stdint.h>
 
 #include <dbus/dbus-list.h>
+#include <dbus/dbus-mcast-member.h>
 #include <dbus/dbus-message-internal.h>
 #include <dbus/dbus-seqpacket-io.h>
 #include <dbus/dbus-sysdeps.h>
 #include <dbus/dbus-timeout.h>
 #include "connection.h"
 #include "mcast-members.h"
-
-#define MCAST_INTERFACE "org.freedesktop.DBus.Mcast"
 
 /* How a message from a member reached the daemon, in a message data slot. */
 typedef enum
@@ -67,8 +66,9 @@ send_fence (Fence *fence)
 
   /* The sender writes nothing until its fence arrives: wait for memory
    * rather than leave it stuck. */
-  while ((signal = dbus_message_new_signal (DBUS_PATH_DBUS, MCAST_INTERFACE,
-                                            "Routed")) == NULL ||
+  while ((signal = dbus_message_new_signal (DBUS_PATH_DBUS,
+                                            DBUS_MCAST_INTERFACE,
+                                            DBUS_MCAST_ROUTED)) == NULL ||
          !dbus_message_set_sender (signal, DBUS_SERVICE_DBUS) ||
          !dbus_message_set_destination (signal,
                                         bus_connection_get_name (fence->sender)) ||

@@ -24,10 +24,6 @@
 #include <string.h>
 #include <sys/socket.h>
 
-/** The interface and member of the daemon's fence signal (doc/design.md) */
-#define MCAST_INTERFACE "org.freedesktop.DBus.Mcast"
-#define MCAST_ROUTED "Routed"
-
 typedef enum
 {
   STATE_BEFORE_HELLO, /**< negotiated; Hello not written yet */
@@ -527,15 +523,16 @@ _dbus_mcast_member_from_daemon (DBusMcastMember  *member,
       sender != NULL && strcmp (sender, DBUS_SERVICE_DBUS) == 0 &&
       _dbus_header_get_field_basic (&member->scratch, DBUS_HEADER_FIELD_INTERFACE,
                                     DBUS_TYPE_STRING, &interface) &&
-      strcmp (interface, MCAST_INTERFACE) == 0 &&
+      strcmp (interface, DBUS_MCAST_INTERFACE) == 0 &&
       _dbus_header_get_field_basic (&member->scratch, DBUS_HEADER_FIELD_MEMBER,
                                     DBUS_TYPE_STRING, &method) &&
-      strcmp (method, MCAST_ROUTED) == 0)
+      strcmp (method, DBUS_MCAST_ROUTED) == 0)
     {
       /* The fence signal: consumed, never dispatched */
       if (_dbus_header_get_field_basic (&member->scratch, DBUS_HEADER_FIELD_SIGNATURE,
                                         DBUS_TYPE_SIGNATURE, &signature) &&
-          strcmp (signature, "u") == 0 && body_len == 4 &&
+          strcmp (signature, DBUS_TYPE_UINT32_AS_STRING) == 0 &&
+          body_len == 4 &&
           member->fenced && member->state == STATE_MEMBER &&
           _dbus_unpack_uint32 (byte_order,
                                (const unsigned char *)

@@ -40,6 +40,13 @@
 
 DBUS_BEGIN_DECLS
 
+/** The daemon's fence signal (doc/design.md, "How a message flows"):
+ * dbus-daemon sends it, from DBUS_SERVICE_DBUS on DBUS_PATH_DBUS, to a
+ * member once the member's message that went to the daemon alone (its
+ * serial, a u, is the argument) has been routed; the member consumes it. */
+#define DBUS_MCAST_INTERFACE "org.freedesktop.DBus.Mcast"
+#define DBUS_MCAST_ROUTED "Routed"
+
 typedef struct DBusMcastMember DBusMcastMember;
 
 /** What to do with a received message */
