@@ -31,7 +31,7 @@ bus_mcast_admission_configure (BusMcastMembers *members,
   for (link = _dbus_list_get_first_link (&servers);
        link != NULL;
        link = _dbus_list_get_next_link (&servers, link))
-    _dbus_server_socket_set_multicast_offered (link->data, offered);
+    _dbus_server_socket_set_mcast_offered (link->data, offered);
 
   if (!offered)
     bus_mcast_members_close_all (members);
@@ -84,7 +84,7 @@ bus_mcast_admission_admit (BusMcastMembers *members,
   dbus_uint64_t id;
   int fd;
 
-  if (!_dbus_connection_get_multicast_negotiated (connection))
+  if (!_dbus_connection_get_mcast_negotiated (connection))
     return TRUE;
 
   id = _dbus_mcast_sender_id_of_name (bus_connection_get_name (connection));

@@ -83,7 +83,7 @@ _dbus_server_new_for_seqpacket (const char  *path,
     }
 
   if (is_group)
-    _dbus_server_socket_set_multicast_group (server);
+    _dbus_server_socket_set_mcast_group (server);
 
  out:
   dbus_free (path_copy);

@@ -16,9 +16,9 @@
  * On a kernel with multicast AF_UNIX groups the listening socket is a
  * group (dbus-sysdeps-seqpacket.h).  Its clients can then be promoted into
  * the group (doc/design.md), but only once the server's owner offers it
- * with _dbus_server_socket_set_multicast_offered() (dbus-server-socket.h):
+ * with _dbus_server_socket_set_mcast_offered() (dbus-server-socket.h):
  * clients accepted from then on agree to NEGOTIATE_MULTICAST, and
- * _dbus_connection_get_multicast_negotiated() tells the owner which ones
+ * _dbus_connection_get_mcast_negotiated() tells the owner which ones
  * asked.  Admitting them (UNIX_PEER_ID, UNIX_PEER_FILTER,
  * UNIX_ACCEPT_GROUP on dbus_connection_get_socket()) is the owner's job:
  * dbus-daemon's.  Offering is off by default, so a peer-to-peer server on

@@ -259,7 +259,7 @@ _dbus_listen_unix_seqpacket (const char  *path,
  * @returns #TRUE if the socket could be promoted
  */
 dbus_bool_t
-_dbus_seqpacket_multicast_supported (DBusSocket fd)
+_dbus_seqpacket_mcast_supported (DBusSocket fd)
 {
 #ifdef DBUS_HAVE_MCAST_UAPI
   int value = 0;

@@ -28,7 +28,7 @@ DBusSocket _dbus_listen_unix_seqpacket  (const char  *path,
                                          dbus_bool_t *is_group,
                                          DBusError   *error);
 
-dbus_bool_t _dbus_seqpacket_multicast_supported (DBusSocket  fd);
+dbus_bool_t _dbus_seqpacket_mcast_supported (DBusSocket  fd);
 dbus_bool_t _dbus_seqpacket_set_passid          (DBusSocket  fd,
                                                  DBusError  *error);
 

@@ -458,7 +458,7 @@ peer_sync (Peer *p)
 /* Whether the running kernel has multicast AF_UNIX (what libdbus checks
  * before it asks for promotion) */
 static gboolean
-kernel_has_multicast (void)
+kernel_has_mcast (void)
 {
   int fd = socket (AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
   int value = 0;
@@ -473,9 +473,9 @@ kernel_has_multicast (void)
 
 /* For tests of multicast internals: skip on a stock kernel */
 static gboolean
-skip_unless_multicast (void)
+skip_unless_mcast (void)
 {
-  if (kernel_has_multicast ())
+  if (kernel_has_mcast ())
     return FALSE;
   g_test_skip ("the kernel has no multicast AF_UNIX: the bus is classic");
   return TRUE;
@@ -713,7 +713,7 @@ test_promotion_member (gconstpointer data)
   Peer *member;
   guint64 before;
 
-  if (skip_unless_multicast ())
+  if (skip_unless_mcast ())
     return;
   observer = peer_new (PEER_GDBUS);
   before = get_stat (observer, "MulticastMembers");
@@ -735,7 +735,7 @@ test_promotion_classic (gconstpointer data)
   Peer *classic;
   guint64 before;
 
-  if (skip_unless_multicast ())
+  if (skip_unless_mcast ())
     return;
   observer = peer_new (PEER_MEMBER);
   before = get_stat (observer, "MulticastMembers");
@@ -759,7 +759,7 @@ test_bypass (gconstpointer data)
   guint64 dispatched, copies, straight;
   guint i;
 
-  if (skip_unless_multicast ())
+  if (skip_unless_mcast ())
     return;
   a = peer_new (PEER_MEMBER);
   b = peer_new (PEER_MEMBER);
@@ -1605,7 +1605,7 @@ test_raw_promotion (gconstpointer data)
   Peer *server = peer_new (PEER_MEMBER);
 
   g_test_message ("the raw client %s was %spromoted", r->name, r->promoted ? "" : "not ");
-  g_assert_true (r->promoted == kernel_has_multicast ());
+  g_assert_true (r->promoted == kernel_has_mcast ());
   raw_roundtrip (r, server);
   raw_free (r);
   peer_free (server);
@@ -1865,7 +1865,7 @@ test_unsolicited_reply (gconstpointer data)
   dbus_uint32_t serials[2];
   guint i;
 
-  if (skip_unless_multicast ())
+  if (skip_unless_mcast ())
     return;
   r = raw_new (bus_address);
   victim = peer_new (PEER_MEMBER);
@@ -1936,7 +1936,7 @@ test_restricted (gconstpointer data)
   b = peer_new_on (PEER_MEMBER, restricted_address);
   r = raw_new (restricted_address);
   g_assert_false (r->promoted);
-  if (kernel_has_multicast ())
+  if (kernel_has_mcast ())
     g_assert_cmpuint (get_stat (a, "MulticastMembers"), ==, 0);
   echo_roundtrip (a, b, "allowed");
 
@@ -2205,7 +2205,7 @@ test_monitor_reading (gconstpointer data)
    * traffic through dbus-daemon, which reads each member's copies from
    * that member's own socket, so a reply may reach it after the next
    * call; only a member monitor sees the kernel's order. */
-  if (peer_kind_from_string (data) != PEER_MEMBER && kernel_has_multicast ())
+  if (peer_kind_from_string (data) != PEER_MEMBER && kernel_has_mcast ())
     {
       g_test_skip ("a classic monitor of a multicast bus sees members' "
                    "messages in per-sender order only (doc/design.md)");

@@ -24,6 +24,7 @@
 
 #include <dbus/dbus.h>
 #include <dbus/dbus-connection-internal.h>
+#include <dbus/dbus-mcast-member.h>
 #include <dbus/dbus-seqpacket-io.h>
 #include <dbus/dbus-server-socket.h>
 #include <glib.h>
@@ -231,7 +232,7 @@ open_client (Fixture *f, guint32 minor, gboolean promote,
 
   m = next_message (f, srv);
   g_assert_true (dbus_message_is_method_call (m, DBUS_INTERFACE_DBUS, "Hello"));
-  g_assert_cmpint (_dbus_connection_get_multicast_negotiated (srv), ==, promote);
+  g_assert_cmpint (_dbus_connection_get_mcast_negotiated (srv), ==, promote);
   if (promote)
     {
       g_assert_true (dbus_connection_get_socket (srv, &fd));
@@ -280,7 +281,7 @@ setup (Fixture *f, gconstpointer data)
                                                   remove_watch, NULL, f, NULL));
   dbus_server_set_new_connection_function (f->server, new_connection, f, NULL);
 
-  if (!_dbus_server_socket_set_multicast_offered (f->server, offer))
+  if (!_dbus_server_socket_set_mcast_offered (f->server, offer))
     {
       g_test_skip ("the kernel has no multicast AF_UNIX groups");
       return;
@@ -625,8 +626,8 @@ test_routed (Fixture *f, gconstpointer data)
   /* A Routed signal for another serial changes nothing */
   wrong = serial + 1000;
   routed = driver_message (dbus_message_new_signal (DBUS_PATH_DBUS,
-                                                    "org.freedesktop.DBus.Mcast",
-                                                    "Routed"), f->a_name);
+                                                    DBUS_MCAST_INTERFACE,
+                                                    DBUS_MCAST_ROUTED), f->a_name);
   g_assert_true (dbus_message_append_args (routed, DBUS_TYPE_UINT32, &wrong,
                                            DBUS_TYPE_INVALID));
   send_flush (f, f->a_srv, routed);
@@ -643,8 +644,8 @@ test_routed (Fixture *f, gconstpointer data)
   while (dbus_connection_has_messages_to_send (f->b_srv))
     pump (f);
   routed = driver_message (dbus_message_new_signal (DBUS_PATH_DBUS,
-                                                    "org.freedesktop.DBus.Mcast",
-                                                    "Routed"), f->a_name);
+                                                    DBUS_MCAST_INTERFACE,
+                                                    DBUS_MCAST_ROUTED), f->a_name);
   g_assert_true (dbus_message_append_args (routed, DBUS_TYPE_UINT32, &serial,
                                            DBUS_TYPE_INVALID));
   send_flush (f, f->a_srv, routed);
@@ -838,7 +839,7 @@ test_not_offered (Fixture *f, gconstpointer data)
   if (g_test_failed () || f->a == NULL)
     return;
 
-  /* open_client() checked _dbus_connection_get_multicast_negotiated() is
+  /* open_client() checked _dbus_connection_get_mcast_negotiated() is
    * FALSE and Hello worked.  A message to B goes to the acceptor only. */
   m = new_call (f->b_name, "Classic");
   dbus_message_set_no_reply (m, TRUE);

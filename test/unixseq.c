@@ -1377,7 +1377,7 @@ kernel_has_groups (Fixture *f)
   gboolean groups;
 
   assert_no_dbus_error (&error);
-  groups = _dbus_server_socket_set_multicast_offered (server, FALSE);
+  groups = _dbus_server_socket_set_mcast_offered (server, FALSE);
   dbus_server_disconnect (server);
   dbus_server_unref (server);
   g_free (listen);
@@ -1387,7 +1387,7 @@ kernel_has_groups (Fixture *f)
 /* dbus-daemon (which does not offer multicast yet) answers
  * NEGOTIATE_MULTICAST with ERROR, and the connection goes on classic. */
 static void
-test_multicast_daemon_refuses (Fixture *f, gconstpointer data)
+test_mcast_daemon_refuses (Fixture *f, gconstpointer data)
 {
   gchar *answer = NULL;
   int fd = raw_connect_to (f->seq_path, TRUE, &answer);
@@ -1409,7 +1409,7 @@ test_multicast_daemon_refuses (Fixture *f, gconstpointer data)
  * owner offers it and its socket is a kernel group; the accepted
  * connection says what was negotiated. */
 static void
-test_multicast_server_offer (Fixture *f, gconstpointer data)
+test_mcast_server_offer (Fixture *f, gconstpointer data)
 {
   gboolean offer = GPOINTER_TO_INT (data);
   DBusError error = DBUS_ERROR_INIT;
@@ -1426,7 +1426,7 @@ test_multicast_server_offer (Fixture *f, gconstpointer data)
 
   server = dbus_server_listen (listen, &error);
   assert_no_dbus_error (&error);
-  groups = _dbus_server_socket_set_multicast_offered (server, offer);
+  groups = _dbus_server_socket_set_mcast_offered (server, offer);
   g_test_message ("kernel groups: %s", groups ? "yes" : "no");
   address = dbus_server_get_address (server);
   g_assert_true (dbus_parse_address (address, &parsed, &n_parsed, &error));
@@ -1494,7 +1494,7 @@ test_multicast_server_offer (Fixture *f, gconstpointer data)
   }
 
   g_assert_cmpstr (answer, ==, offer && groups ? "AGREE_MULTICAST" : "ERROR");
-  g_assert_cmpint (_dbus_connection_get_multicast_negotiated (s.accepted), ==,
+  g_assert_cmpint (_dbus_connection_get_mcast_negotiated (s.accepted), ==,
                    offer && groups);
 
   close (fd);
@@ -1532,7 +1532,7 @@ client_line (DBusConnection *c, int fd)
  * member; a server's ERROR (what a stock server answers) leaves it
  * classic: it sends BEGIN and works, without SENDER. */
 static void
-test_multicast_client (Fixture *f, gconstpointer data)
+test_mcast_client (Fixture *f, gconstpointer data)
 {
   gchar *path = g_build_filename (f->tmpdir, "hand-made", NULL);
   gchar *address = g_strdup_printf ("unixseq:path=%s", path);
@@ -1738,10 +1738,10 @@ main (int argc, char **argv)
   ADD ("/seqpacket/many-clients", test_many_clients, NULL);
   ADD ("/seqpacket/addresses", test_addresses, NULL);
   ADD ("/seqpacket/peer-to-peer", test_peer_to_peer, NULL);
-  ADD ("/seqpacket/multicast/daemon-refuses", test_multicast_daemon_refuses, NULL);
-  ADD ("/seqpacket/multicast/server-not-offering", test_multicast_server_offer, GINT_TO_POINTER (FALSE));
-  ADD ("/seqpacket/multicast/server-offering", test_multicast_server_offer, GINT_TO_POINTER (TRUE));
-  ADD ("/seqpacket/multicast/client", test_multicast_client, NULL);
+  ADD ("/seqpacket/multicast/daemon-refuses", test_mcast_daemon_refuses, NULL);
+  ADD ("/seqpacket/multicast/server-not-offering", test_mcast_server_offer, GINT_TO_POINTER (FALSE));
+  ADD ("/seqpacket/multicast/server-offering", test_mcast_server_offer, GINT_TO_POINTER (TRUE));
+  ADD ("/seqpacket/multicast/client", test_mcast_client, NULL);
   ADD ("/seqpacket/tools", test_tools, NULL);
   ADD ("/seqpacket/unmodified/libdbus", test_unmodified_clients, "libdbus");
   ADD ("/seqpacket/unmodified/gdbus", test_unmodified_clients, "gdbus");
