@@ -38,6 +38,8 @@
 #include <gio/gio.h>
 #include <glib.h>
 
+#include "test-utils-glib.h"
+
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
@@ -70,13 +72,6 @@
 static const gchar *bus_address;
 static const gchar *restricted_address;
 static const gchar *activatable_name;
-
-static void
-assert_no_dbus_error (DBusError *error)
-{
-  if (dbus_error_is_set (error))
-    g_error ("unexpected D-Bus error %s: %s", error->name, error->message);
-}
 
 /* The entries of a bus address list with the given transport */
 static gchar *
@@ -148,7 +143,7 @@ gdbus_filter (GDBusConnection *connection,
   blob = g_dbus_message_to_blob (message, &size, G_DBUS_CAPABILITY_FLAGS_NONE, &error);
   g_assert_no_error (error);
   copy = dbus_message_demarshal ((const char *) blob, size, &derror);
-  assert_no_dbus_error (&derror);
+  test_assert_no_error (&derror);
   g_free (blob);
   g_async_queue_push (p->queue, copy);
   if (g_dbus_message_get_message_type (message) == G_DBUS_MESSAGE_TYPE_METHOD_CALL)
@@ -166,12 +161,12 @@ libdbus_connect (const gchar *address)
   DBusConnection *c;
 
   c = dbus_connection_open_private (address, &error);
-  assert_no_dbus_error (&error);
+  test_assert_no_error (&error);
   dbus_connection_set_exit_on_disconnect (c, FALSE);
   dbus_connection_set_max_received_size (c, 1000000000);
   dbus_connection_set_max_message_size (c, 1000000000);
   g_assert_true (dbus_bus_register (c, &error));
-  assert_no_dbus_error (&error);
+  test_assert_no_error (&error);
   return c;
 }
 
@@ -1445,7 +1440,7 @@ raw_recv (Raw *r,
   g_assert_cmpuint (n, >, 0);
   g_assert_cmpint (dbus_message_demarshal_bytes_needed (data, n), ==, (int) n);
   m = dbus_message_demarshal (data, n, &error);
-  assert_no_dbus_error (&error);
+  test_assert_no_error (&error);
   g_bytes_unref (b);
   return m;
 }
@@ -1523,7 +1518,7 @@ raw_new (const gchar *address)
   const char *name;
 
   g_assert_true (dbus_parse_address (entry, &parsed, &n_parsed, &error));
-  assert_no_dbus_error (&error);
+  test_assert_no_error (&error);
   g_strlcpy (addr.sun_path, dbus_address_entry_get_value (parsed[0], "path"),
              sizeof (addr.sun_path));
   dbus_address_entries_free (parsed);

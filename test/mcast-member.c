@@ -28,6 +28,8 @@
 #include <dbus/dbus-seqpacket-io.h>
 #include <dbus/dbus-server-socket.h>
 #include <glib.h>
+
+#include "test-utils-glib.h"
 #include <glib/gstdio.h>
 
 #include <errno.h>
@@ -59,13 +61,6 @@ typedef struct
   DBusConnection *a_srv, *b_srv;
   gchar *a_name, *b_name;
 } Fixture;
-
-static void
-assert_no_dbus_error (DBusError *error)
-{
-  if (dbus_error_is_set (error))
-    g_error ("unexpected D-Bus error %s: %s", error->name, error->message);
-}
 
 static dbus_bool_t
 add_watch (DBusWatch *watch, void *data)
@@ -202,6 +197,21 @@ driver_message (DBusMessage *m, const char *destination)
   return m;
 }
 
+/* "The daemon" tells A that the message with this serial is routed */
+static void
+send_routed (Fixture *f, dbus_uint32_t serial)
+{
+  DBusMessage *routed = dbus_message_new_signal (DBUS_PATH_DBUS,
+                                                 DBUS_MCAST_INTERFACE,
+                                                 DBUS_MCAST_ROUTED);
+
+  driver_message (routed, f->a_name);
+  g_assert_true (dbus_message_append_args (routed, DBUS_TYPE_UINT32, &serial,
+                                           DBUS_TYPE_INVALID));
+  send_flush (f, f->a_srv, routed);
+  dbus_message_unref (routed);
+}
+
 /* Opens a libdbus client; with promote, the acceptor admits it as
  * ":1.minor" when it says Hello (and checks it negotiated multicast), else
  * it only answers Hello (and checks it did not).  before_reply, if not
@@ -220,7 +230,7 @@ open_client (Fixture *f, guint32 minor, gboolean promote,
   dbus_uint32_t serial;
   int fd = -1;
 
-  assert_no_dbus_error (&error);
+  test_assert_no_error (&error);
   dbus_connection_set_exit_on_disconnect (c, FALSE);
   g_ptr_array_add (f->clients, c);
   srv = accept_next (f);
@@ -272,7 +282,7 @@ setup (Fixture *f, gconstpointer data)
   g_assert_nonnull (f->tmpdir);
   listen = g_strdup_printf ("unixseq:path=%s/bus", f->tmpdir);
   f->server = dbus_server_listen (listen, &error);
-  assert_no_dbus_error (&error);
+  test_assert_no_error (&error);
   g_free (listen);
   f->address = dbus_server_get_address (f->server);
   f->accepted = g_ptr_array_new ();
@@ -574,7 +584,7 @@ static void
 test_routed (Fixture *f, gconstpointer data)
 {
   gboolean with_fd = g_strcmp0 (data, "fd") == 0;
-  DBusMessage *m, *routed;
+  DBusMessage *m;
   dbus_uint32_t serial, wrong;
   int pipe_fds[2];
   int fd = -1;
@@ -625,13 +635,7 @@ test_routed (Fixture *f, gconstpointer data)
 
   /* A Routed signal for another serial changes nothing */
   wrong = serial + 1000;
-  routed = driver_message (dbus_message_new_signal (DBUS_PATH_DBUS,
-                                                    DBUS_MCAST_INTERFACE,
-                                                    DBUS_MCAST_ROUTED), f->a_name);
-  g_assert_true (dbus_message_append_args (routed, DBUS_TYPE_UINT32, &wrong,
-                                           DBUS_TYPE_INVALID));
-  send_flush (f, f->a_srv, routed);
-  dbus_message_unref (routed);
+  send_routed (f, wrong);
   assert_no_message (f, f->b, 200);
   g_assert_true (dbus_connection_has_messages_to_send (f->a));
 
@@ -643,13 +647,7 @@ test_routed (Fixture *f, gconstpointer data)
   dbus_message_unref (m);
   while (dbus_connection_has_messages_to_send (f->b_srv))
     pump (f);
-  routed = driver_message (dbus_message_new_signal (DBUS_PATH_DBUS,
-                                                    DBUS_MCAST_INTERFACE,
-                                                    DBUS_MCAST_ROUTED), f->a_name);
-  g_assert_true (dbus_message_append_args (routed, DBUS_TYPE_UINT32, &serial,
-                                           DBUS_TYPE_INVALID));
-  send_flush (f, f->a_srv, routed);
-  dbus_message_unref (routed);
+  send_routed (f, serial);
 
   /* B: the routed message, then "After" through the group */
   m = next_message (f, f->b);

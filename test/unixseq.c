@@ -20,6 +20,8 @@
 #include <dbus/dbus-seqpacket-io.h>
 #include <dbus/dbus-server-socket.h>
 #include <glib.h>
+
+#include "test-utils-glib.h"
 #include <glib/gstdio.h>
 
 #include <errno.h>
@@ -65,13 +67,6 @@ static gchar *
 stage_file (const gchar *rel)
 {
   return g_build_filename (stage_dir (), rel, NULL);
-}
-
-static void
-assert_no_dbus_error (DBusError *error)
-{
-  if (dbus_error_is_set (error))
-    g_error ("unexpected D-Bus error %s: %s", error->name, error->message);
 }
 
 static gchar *
@@ -197,7 +192,7 @@ setup (Fixture       *f,
   g_assert_true (g_str_has_prefix (f->full_address, "unixseq:"));
 
   g_assert_true (dbus_parse_address (f->seq_address, &parsed, &n_parsed, &derror));
-  assert_no_dbus_error (&derror);
+  test_assert_no_error (&derror);
   g_assert_cmpint (n_parsed, ==, 1);
   f->seq_path = g_strdup (dbus_address_entry_get_value (parsed[0], "path"));
   g_assert_nonnull (f->seq_path);
@@ -252,13 +247,13 @@ connect_bus (const gchar *address)
   DBusConnection *c;
 
   c = dbus_connection_open_private (address, &error);
-  assert_no_dbus_error (&error);
+  test_assert_no_error (&error);
   g_assert_nonnull (c);
   dbus_connection_set_exit_on_disconnect (c, FALSE);
   dbus_connection_set_max_received_size (c, 1000000000);
   dbus_connection_set_max_message_size (c, 1000000000);
   g_assert_true (dbus_bus_register (c, &error));
-  assert_no_dbus_error (&error);
+  test_assert_no_error (&error);
   g_assert_nonnull (dbus_bus_get_unique_name (c));
   return c;
 }
@@ -347,7 +342,7 @@ add_match (DBusConnection *c,
   DBusError error = DBUS_ERROR_INIT;
 
   dbus_bus_add_match (c, rule, &error);
-  assert_no_dbus_error (&error);
+  test_assert_no_error (&error);
 }
 
 /* ---- tests ------------------------------------------------------------- */
@@ -372,7 +367,7 @@ test_hello (Fixture *f, gconstpointer data)
 
   /* A bus driver call answered over the packet socket */
   id = dbus_bus_get_id (seq, &error);
-  assert_no_dbus_error (&error);
+  test_assert_no_error (&error);
   g_assert_cmpuint (strlen (id), ==, 32);
   dbus_free (id);
 
@@ -440,9 +435,9 @@ test_method_call (Fixture *f, gconstpointer data)
   /* Well-known names work across both kinds too */
   g_assert_cmpint (dbus_bus_request_name (seq, "org.dbusmcast.SeqService", 0, &error),
                    ==, DBUS_REQUEST_NAME_REPLY_PRIMARY_OWNER);
-  assert_no_dbus_error (&error);
+  test_assert_no_error (&error);
   g_assert_true (dbus_bus_name_has_owner (stream, "org.dbusmcast.SeqService", &error));
-  assert_no_dbus_error (&error);
+  test_assert_no_error (&error);
 
   /* Errors from the bus driver reach a SEQPACKET client */
   call = dbus_message_new_method_call ("org.dbusmcast.Nobody", TEST_PATH,
@@ -790,7 +785,7 @@ raw_wait_reply (int fd, dbus_uint32_t serial)
       g_assert_cmpint (n, >, 0);
       g_assert_cmpint (dbus_message_demarshal_bytes_needed (buf, n), ==, n);
       m = dbus_message_demarshal (buf, n, &error);
-      assert_no_dbus_error (&error);
+      test_assert_no_error (&error);
       if (dbus_message_get_reply_serial (m) == serial)
         {
           g_free (buf);
@@ -968,7 +963,7 @@ test_malformed (Fixture *f, gconstpointer data)
   g_assert_true (daemon_alive (f));
   method_roundtrip (observer, seq, "still here");
   id = dbus_bus_get_id (seq, &error);
-  assert_no_dbus_error (&error);
+  test_assert_no_error (&error);
   dbus_free (id);
 
   disconnect_bus (observer);
@@ -987,7 +982,7 @@ count_unique_names (DBusConnection *c)
   int i, count = 0;
 
   reply = dbus_connection_send_with_reply_and_block (c, call, 10000, &error);
-  assert_no_dbus_error (&error);
+  test_assert_no_error (&error);
   g_assert_true (dbus_message_get_args (reply, &error, DBUS_TYPE_ARRAY, DBUS_TYPE_STRING,
                                         &names, &n_names, DBUS_TYPE_INVALID));
   for (i = 0; i < n_names; i++)
@@ -1268,7 +1263,7 @@ p2p_client (gpointer address)
   const char *answer = NULL;
   int pipe_fds[2];
 
-  assert_no_dbus_error (&error);
+  test_assert_no_error (&error);
   dbus_connection_set_exit_on_disconnect (c, FALSE);
   g_assert_cmpint (socket_type (c), ==, SOCK_SEQPACKET);
 
@@ -1284,7 +1279,7 @@ p2p_client (gpointer address)
                                            DBUS_TYPE_INVALID));
   close (pipe_fds[1]);
   reply = dbus_connection_send_with_reply_and_block (c, call, 30000, &error);
-  assert_no_dbus_error (&error);
+  test_assert_no_error (&error);
   g_assert_true (dbus_message_get_args (reply, NULL, DBUS_TYPE_STRING, &answer,
                                         DBUS_TYPE_INVALID));
   g_assert_cmpstr (answer, ==, text);
@@ -1320,7 +1315,7 @@ test_peer_to_peer (Fixture *f, gconstpointer data)
 
   dbus_threads_init_default ();
   server = dbus_server_listen (listen, &error);
-  assert_no_dbus_error (&error);
+  test_assert_no_error (&error);
   address = dbus_server_get_address (server);
   g_assert_true (g_str_has_prefix (address, "unixseq:path="));
   g_assert_nonnull (strstr (address, ",guid="));
@@ -1376,7 +1371,7 @@ kernel_has_groups (Fixture *f)
   DBusServer *server = dbus_server_listen (listen, &error);
   gboolean groups;
 
-  assert_no_dbus_error (&error);
+  test_assert_no_error (&error);
   groups = _dbus_server_socket_set_mcast_offered (server, FALSE);
   dbus_server_disconnect (server);
   dbus_server_unref (server);
@@ -1425,7 +1420,7 @@ test_mcast_server_offer (Fixture *f, gconstpointer data)
   int fd;
 
   server = dbus_server_listen (listen, &error);
-  assert_no_dbus_error (&error);
+  test_assert_no_error (&error);
   groups = _dbus_server_socket_set_mcast_offered (server, offer);
   g_test_message ("kernel groups: %s", groups ? "yes" : "no");
   address = dbus_server_get_address (server);
@@ -1552,7 +1547,7 @@ test_mcast_client (Fixture *f, gconstpointer data)
   g_assert_cmpint (bind (listen_fd, (struct sockaddr *) &addr, sizeof (addr)), ==, 0);
   g_assert_cmpint (listen (listen_fd, 1), ==, 0);
   c = dbus_connection_open_private (address, &error);
-  assert_no_dbus_error (&error);
+  test_assert_no_error (&error);
   dbus_connection_set_exit_on_disconnect (c, FALSE);
   fd = accept (listen_fd, NULL, NULL);
   g_assert_cmpint (fd, >=, 0);
@@ -1591,7 +1586,7 @@ test_mcast_client (Fixture *f, gconstpointer data)
     /* one message per packet, and no SENDER: not a member */
     g_assert_cmpint (dbus_message_demarshal_bytes_needed (packet, n), ==, n);
     m = dbus_message_demarshal (packet, n, &error);
-    assert_no_dbus_error (&error);
+    test_assert_no_error (&error);
     g_assert_true (dbus_message_is_method_call (m, DBUS_INTERFACE_DBUS, "Hello"));
     g_assert_null (dbus_message_get_sender (m));
     dbus_message_unref (m);
