@@ -23,7 +23,7 @@ die ()
 # tools/build/deb packages them; nothing else of the project enters dbus.
 dbus_fork_files ()
 {
-  (cd "$top" && ls dbus/*.[ch] bus/*.[ch] test/*.c test/internals/*.c 2>/dev/null | LC_ALL=C sort)
+  (cd "$top" && ls dbus/*.[ch] bus/*.[ch] test/*.c test/internals/*.[ch] 2>/dev/null | LC_ALL=C sort)
 }
 
 # The upstream trees (kernel, dbus) are unpacked once into a git repository
