@@ -38,8 +38,7 @@
  * BusMcastPrecision), but never how destinations are.
  *
  * Copyright (C) 2026 dbus-mcast contributors
- * Licensed under the Academic Free License version 2.1 or the GNU General
- * Public License version 2 or later, like the rest of dbus.
+ * SPDX-License-Identifier: AFL-2.1 OR GPL-2.0-or-later
  */
 
 #ifndef BUS_MCAST_FILTER_H

@@ -28,8 +28,7 @@
  *    packet is dropped and nobody is disconnected.
  *
  * Copyright (C) 2026 dbus-mcast contributors
- * Licensed under the Academic Free License version 2.1 or the GNU General
- * Public License version 2 or later, like the rest of libdbus.
+ * SPDX-License-Identifier: AFL-2.1 OR GPL-2.0-or-later
  */
 #ifndef DBUS_MCAST_MEMBER_H
 #define DBUS_MCAST_MEMBER_H
