@@ -2,6 +2,11 @@
 # Shared helpers for the shell tools.  Sourced, not executed.
 
 BUILD_DIR=${BUILD_DIR:-$top/build}
+# Each script drives a build or a test run of its own (the kernel's, the
+# dbus fork's make and make check): the top-level make's flags and
+# variables (its -k, the test harness's TEST_LOGS=...) must not leak into
+# them.
+unset MAKEFLAGS MFLAGS MAKELEVEL
 _stage_start=$(date +%s)
 
 # Print which stage a long step is in, with the time elapsed since the
