@@ -121,7 +121,8 @@ setup (Fixture       *f,
 {
   GError *error = NULL;
   gchar *daemon = stage_file ("bin/dbus-daemon");
-  gchar *argv[] = { daemon, NULL, "--print-address=1", "--nofork", NULL };
+  gchar *config_arg;
+  const gchar *argv[] = { daemon, NULL, "--print-address=1", "--nofork", NULL };
   gint out_fd;
   GString *line = g_string_new (NULL);
   gchar **entries;
@@ -134,7 +135,8 @@ setup (Fixture       *f,
   g_assert_no_error (error);
   f->config = write_config (f->tmpdir);
   f->daemon_log = g_build_filename (f->tmpdir, "daemon.log", NULL);
-  argv[1] = g_strdup_printf ("--config-file=%s", f->config);
+  config_arg = g_strdup_printf ("--config-file=%s", f->config);
+  argv[1] = config_arg;
 
   /* DBUS_MCAST_DAEMON_WRAPPER, e.g. "valgrind --log-file=...": run the
    * daemon under a checker */
@@ -142,12 +144,12 @@ setup (Fixture       *f,
     {
       gchar **wrapper = g_strsplit (g_getenv ("DBUS_MCAST_DAEMON_WRAPPER"), " ", -1);
       GPtrArray *full = g_ptr_array_new ();
-      guint i;
+      guint j;
 
-      for (i = 0; wrapper[i] != NULL; i++)
-        g_ptr_array_add (full, wrapper[i]);
-      for (i = 0; argv[i] != NULL; i++)
-        g_ptr_array_add (full, argv[i]);
+      for (j = 0; wrapper[j] != NULL; j++)
+        g_ptr_array_add (full, wrapper[j]);
+      for (j = 0; argv[j] != NULL; j++)
+        g_ptr_array_add (full, (gchar *) argv[j]);
       g_ptr_array_add (full, NULL);
       g_spawn_async_with_pipes (NULL, (gchar **) full->pdata, NULL,
                                 G_SPAWN_DO_NOT_REAP_CHILD | G_SPAWN_SEARCH_PATH,
@@ -157,7 +159,8 @@ setup (Fixture       *f,
       g_strfreev (wrapper);
     }
   else
-    g_spawn_async_with_pipes (NULL, argv, NULL, G_SPAWN_DO_NOT_REAP_CHILD,
+    g_spawn_async_with_pipes (NULL, (gchar **) argv, NULL,
+                              G_SPAWN_DO_NOT_REAP_CHILD,
                               die_with_parent, f->daemon_log, &f->daemon_pid, NULL,
                               &out_fd, NULL, &error);
   g_assert_no_error (error);
@@ -198,7 +201,7 @@ setup (Fixture       *f,
   g_assert_nonnull (f->seq_path);
   dbus_address_entries_free (parsed);
 
-  g_free (argv[1]);
+  g_free (config_arg);
   g_free (daemon);
 }
 
@@ -1045,14 +1048,14 @@ test_many_clients (Fixture *f, gconstpointer data)
 /* ---- tools and unmodified clients -------------------------------------- */
 
 static gchar *
-run_tool (gchar **argv, int *status)
+run_tool (const gchar * const *argv, int *status)
 {
   GError *error = NULL;
   gchar *out = NULL;
   gchar *err = NULL;
 
-  g_spawn_sync (NULL, argv, NULL, G_SPAWN_DEFAULT, NULL, NULL, &out, &err,
-                status, &error);
+  g_spawn_sync (NULL, (gchar **) argv, NULL, G_SPAWN_DEFAULT, NULL, NULL,
+                &out, &err, status, &error);
   g_assert_no_error (error);
   if (*status != 0)
     g_test_message ("%s failed: %s%s", argv[0], out, err);
@@ -1076,8 +1079,9 @@ test_tools (Fixture *f, gconstpointer data)
   for (i = 0; i < G_N_ELEMENTS (addresses); i++)
     {
       gchar *bus = g_strdup_printf ("--bus=%s", addresses[i]);
-      gchar *argv[] = { send_tool, bus, "--print-reply", "--dest=" DBUS_SERVICE_DBUS,
-                        DBUS_PATH_DBUS, DBUS_INTERFACE_DBUS ".GetId", NULL };
+      const gchar *argv[] = { send_tool, bus, "--print-reply",
+                              "--dest=" DBUS_SERVICE_DBUS, DBUS_PATH_DBUS,
+                              DBUS_INTERFACE_DBUS ".GetId", NULL };
 
       out = run_tool (argv, &status);
       g_assert_cmpint (status, ==, 0);
@@ -1092,17 +1096,19 @@ test_tools (Fixture *f, gconstpointer data)
     {
       gchar *mon_addr = g_strdup (i == 0 ? f->seq_address : f->stream_address);
       gchar *send_addr = g_strdup_printf ("--bus=%s", i == 0 ? f->stream_address : f->seq_address);
-      gchar *margv[] = { monitor_tool, "--address", mon_addr,
-                         "type='signal',interface='" TEST_IFACE "'", NULL };
-      gchar *sargv[] = { send_tool, send_addr, TEST_PATH, TEST_IFACE ".ToolPing",
-                         "string:hello-monitor", NULL };
+      const gchar *margv[] = { monitor_tool, "--address", mon_addr,
+                               "type='signal',interface='" TEST_IFACE "'", NULL };
+      const gchar *sargv[] = { send_tool, send_addr, TEST_PATH,
+                               TEST_IFACE ".ToolPing", "string:hello-monitor",
+                               NULL };
       GPid pid;
       gint mon_out;
       GError *error = NULL;
       GString *seen = g_string_new (NULL);
       gint64 deadline = g_get_monotonic_time () + TIMEOUT_US;
 
-      g_spawn_async_with_pipes (NULL, margv, NULL, G_SPAWN_DO_NOT_REAP_CHILD,
+      g_spawn_async_with_pipes (NULL, (gchar **) margv, NULL,
+                                G_SPAWN_DO_NOT_REAP_CHILD,
                                 die_with_parent, NULL, &pid, NULL, &mon_out,
                                 NULL, &error);
       g_assert_no_error (error);
@@ -1145,7 +1151,8 @@ test_tools (Fixture *f, gconstpointer data)
         "printf '%%s\\n' \"$DBUS_SESSION_BUS_ADDRESS\"; "
         "'%s' --session --print-reply --dest=" DBUS_SERVICE_DBUS " "
         DBUS_PATH_DBUS " " DBUS_INTERFACE_DBUS ".GetId", send_tool);
-    gchar *argv[] = { run_session, cfg, dd, "--", "/bin/sh", "-c", script, NULL };
+    const gchar *argv[] = { run_session, cfg, dd, "--", "/bin/sh", "-c",
+                            script, NULL };
 
     out = run_tool (argv, &status);
     g_assert_cmpint (status, ==, 0);
@@ -1170,7 +1177,7 @@ static void
 test_unmodified_clients (Fixture *f, gconstpointer data)
 {
   const gchar *kind = data;
-  gchar *argv[16] = { NULL };
+  const gchar *argv[16] = { NULL };
   gchar *addr_arg = NULL;
   gchar *program;
   int status;
@@ -1637,7 +1644,8 @@ test_addresses (Fixture *f, gconstpointer data)
     {
       gchar *cfg = g_strdup_printf ("--config-file=%s", f->config);
       gchar *addr = g_strdup_printf ("--address=%s", forms[i]);
-      gchar *argv[] = { daemon, cfg, addr, "--print-address=1", "--nofork", NULL };
+      const gchar *argv[] = { daemon, cfg, addr, "--print-address=1",
+                              "--nofork", NULL };
       GError *gerror = NULL;
       GPid pid;
       gint out_fd;
@@ -1645,7 +1653,8 @@ test_addresses (Fixture *f, gconstpointer data)
       gssize n = 0;
       DBusConnection *c;
 
-      g_spawn_async_with_pipes (NULL, argv, NULL, G_SPAWN_DO_NOT_REAP_CHILD,
+      g_spawn_async_with_pipes (NULL, (gchar **) argv, NULL,
+                                G_SPAWN_DO_NOT_REAP_CHILD,
                                 die_with_parent, NULL, &pid, NULL, &out_fd,
                                 NULL, &gerror);
       g_assert_no_error (gerror);
