@@ -82,6 +82,7 @@ bus_mcast_admission_admit (BusMcastMembers *members,
                            DBusError       *error)
 {
   dbus_uint64_t id;
+  int one = 1;
   int fd;
 
   if (!_dbus_connection_get_mcast_negotiated (connection))
@@ -100,10 +101,17 @@ bus_mcast_admission_admit (BusMcastMembers *members,
                    "set the sender id", error))
     return FALSE;
 
+  /* A member that stops reading holds nobody back: its copies come to us
+   * instead (mcast-spill.h), with their senders' ids */
+  if (!set_option (fd, UNIX_PASSID, &one, sizeof (one),
+                   "receive the sender ids of diverted copies", error))
+    return FALSE;
+
   if (!bus_mcast_members_add (members, connection, error))
     return FALSE;
 
-  if (!admit (connection, UNIX_MREQ_SEND_TO_PEER, error))
+  if (!admit (connection, UNIX_MREQ_SEND_TO_PEER | UNIX_MREQ_DIVERT_WHEN_FULL,
+              error))
     {
       bus_mcast_members_disconnected (members, connection);
       return FALSE;

@@ -10,8 +10,10 @@
  * (bus_policy_can_be_filtered(), bus/policy.c).  At Hello, a client that
  * agreed gets, in this order, its kernel sender id, its peer filter, the
  * daemon's socket filter on its connection, and admission with
- * UNIX_MREQ_SEND_TO_PEER, all before the Hello reply is queued
- * (doc/design.md, "Promotion").  A member that becomes a monitor of
+ * UNIX_MREQ_SEND_TO_PEER and UNIX_MREQ_DIVERT_WHEN_FULL, all before the
+ * Hello reply is queued (doc/design.md, "Promotion"): a member that stops
+ * reading then holds nobody back, and what it misses meanwhile reaches it
+ * through the daemon (mcast-spill.h).  A member that becomes a monitor of
  * everything is admitted again with UNIX_MREQ_DROP_WHEN_FULL: a monitor
  * that stops reading must never hold the bus back.  One with match rules
  * is served by the daemon, like a classic monitor.  A configuration reload that

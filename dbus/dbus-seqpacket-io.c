@@ -31,9 +31,10 @@ struct DBusSeqpacketFraming
    * when the next packet must start a new message.  For a member: of the
    * current message from the daemon. */
   dbus_uint32_t remaining;
-  /** Whether to log framing violations (server side: a misbehaving
-   * client should be visible in the daemon's log) */
-  dbus_bool_t log_violations;
+  /** The daemon's end of a connection: framing violations are logged (a
+   * misbehaving client should be visible in the daemon's log), and the
+   * kernel may divert copies of group messages to it */
+  dbus_bool_t server;
   /** _dbus_seqpacket_framing_start() was called */
   dbus_bool_t started;
   /** Non-#NULL if this client negotiated multicast: every packet then
@@ -47,9 +48,16 @@ struct DBusSeqpacketFraming
    * Hello reply */
   DBusList *deferred;
   /** For a member: the message of the group packet just read, as its
-   * check loaded it, for the transport to queue instead of the bytes */
+   * check loaded it; for the daemon: a diverted copy just read.  The
+   * transport queues it instead of the bytes. */
   DBusMessage *checked;
+  /** The daemon's end: the kernel sender id the message being written
+   * goes out under (a diverted copy written back), or 0 */
+  dbus_uint64_t forward_id;
 };
+
+/* The message data slot holding a DBusSeqpacketDiverted */
+static dbus_int32_t diverted_slot = -1;
 
 /** A group packet kept until the Hello reply */
 typedef struct
@@ -62,17 +70,18 @@ typedef struct
 /**
  * Creates the receive-side framing state of one connection.
  *
- * @param log_violations #TRUE to log framing violations as warnings
- *   (_dbus_log(), which the daemon sends to its log)
+ * @param server #TRUE for the daemon's end of a connection: framing
+ *   violations are logged as warnings (_dbus_log(), which the daemon sends
+ *   to its log), and diverted copies are read
  * @returns the new state, or #NULL if no memory
  */
 DBusSeqpacketFraming *
-_dbus_seqpacket_framing_new (dbus_bool_t log_violations)
+_dbus_seqpacket_framing_new (dbus_bool_t server)
 {
   DBusSeqpacketFraming *framing = dbus_new0 (DBusSeqpacketFraming, 1);
 
   if (framing != NULL)
-    framing->log_violations = log_violations;
+    framing->server = server;
 
   return framing;
 }
@@ -85,14 +94,17 @@ _dbus_seqpacket_framing_new (dbus_bool_t log_violations)
 void
 _dbus_seqpacket_framing_free (DBusSeqpacketFraming *framing)
 {
-  if (framing != NULL && framing->member != NULL)
+  if (framing == NULL)
+    return;
+
+  if (framing->member != NULL)
     {
       _dbus_mcast_member_free (framing->member);
       _dbus_string_free (&framing->daemon_message);
       _dbus_list_clear_full (&framing->deferred, dbus_free);
-      if (framing->checked != NULL)
-        dbus_message_unref (framing->checked);
     }
+  if (framing->checked != NULL)
+    dbus_message_unref (framing->checked);
   dbus_free (framing);
 }
 
@@ -173,8 +185,14 @@ dbus_bool_t
 _dbus_seqpacket_prepare_message (DBusSeqpacketFraming *framing,
                                  DBusMessage          *message)
 {
-  return framing->member == NULL ||
-         _dbus_mcast_member_prepare (framing->member, message);
+  const DBusSeqpacketDiverted *diverted;
+
+  if (framing->member != NULL)
+    return _dbus_mcast_member_prepare (framing->member, message);
+
+  diverted = _dbus_seqpacket_message_get_diverted (message);
+  framing->forward_id = diverted != NULL ? diverted->sender_id : 0;
+  return TRUE;
 }
 
 /**
@@ -222,7 +240,10 @@ discard_packet (DBusString   *buffer,
 /* Appends exactly one packet of at most max_len bytes to buffer.  With
  * fds != NULL, receives up to *n_fds unix fds and sets *n_fds to the
  * number received.  With sender_id != NULL (a member), sets it to the
- * kernel's sender id of the packet.  Returns the packet length, 0 at end
+ * kernel's sender id of the packet.  With diverted != NULL (the daemon's
+ * end), sets diverted->seq to the packet's divert sequence number, or to 0
+ * if the kernel did not divert it, and diverted->sender_id to the id of
+ * its sender.  Returns the packet length, 0 at end
  * of stream, -1 with errno set on error (EPROTO: the packet is longer
  * than max_len and was discarded, or has no sender id; ENOSPC: more fds
  * than we have room for).
@@ -238,7 +259,8 @@ read_packet (DBusSocket     fd,
              int            max_len,
              int           *fds,
              unsigned int  *n_fds,
-             dbus_uint64_t *sender_id)
+             dbus_uint64_t *sender_id,
+             DBusSeqpacketDiverted *diverted)
 {
   struct msghdr m;
   struct iovec iov;
@@ -271,9 +293,13 @@ read_packet (DBusSocket     fd,
   if (max_fds > 0)
     m.msg_controllen = CMSG_SPACE (max_fds * sizeof (int));
 #ifdef DBUS_HAVE_MCAST_UAPI
-  if (sender_id != NULL)
-    m.msg_controllen += CMSG_SPACE (sizeof (*sender_id));
+  if (sender_id != NULL || diverted != NULL)
+    m.msg_controllen += CMSG_SPACE (sizeof (dbus_uint64_t));
+  if (diverted != NULL)
+    m.msg_controllen += CMSG_SPACE (sizeof (struct unix_delivery));
 #endif
+  if (diverted != NULL)
+    diverted->seq = 0;
 
   if (m.msg_controllen > 0)
     {
@@ -308,12 +334,25 @@ read_packet (DBusSocket     fd,
       for (cm = CMSG_FIRSTHDR (&m); cm != NULL; cm = CMSG_NXTHDR (&m, cm))
         {
 #ifdef DBUS_HAVE_MCAST_UAPI
-          if (sender_id != NULL &&
-              cm->cmsg_level == SOL_UNIX && cm->cmsg_type == SCM_UNIX_SENDER_ID &&
-              cm->cmsg_len == CMSG_LEN (sizeof (*sender_id)))
+          if (cm->cmsg_level == SOL_UNIX && cm->cmsg_type == SCM_UNIX_SENDER_ID &&
+              cm->cmsg_len == CMSG_LEN (sizeof (dbus_uint64_t)))
             {
-              memcpy (sender_id, CMSG_DATA (cm), sizeof (*sender_id));
+              if (sender_id != NULL)
+                memcpy (sender_id, CMSG_DATA (cm), sizeof (*sender_id));
+              if (diverted != NULL)
+                memcpy (&diverted->sender_id, CMSG_DATA (cm),
+                        sizeof (diverted->sender_id));
               have_id = TRUE;
+            }
+          if (diverted != NULL &&
+              cm->cmsg_level == SOL_UNIX && cm->cmsg_type == SCM_UNIX_DELIVERY &&
+              cm->cmsg_len >= CMSG_LEN (sizeof (struct unix_delivery)))
+            {
+              struct unix_delivery delivery;
+
+              memcpy (&delivery, CMSG_DATA (cm), sizeof (delivery));
+              if (delivery.kind == UNIX_DELIVERY_DIVERTED)
+                diverted->seq = delivery.seq;
             }
 #endif
           if (cm->cmsg_level == SOL_SOCKET && cm->cmsg_type == SCM_RIGHTS)
@@ -382,7 +421,8 @@ int
 _dbus_seqpacket_read_stream (DBusSocket  fd,
                              DBusString *buffer)
 {
-  return read_packet (fd, buffer, DBUS_SEQPACKET_MAX_AUTH_PACKET, NULL, NULL, NULL);
+  return read_packet (fd, buffer, DBUS_SEQPACKET_MAX_AUTH_PACKET,
+                      NULL, NULL, NULL, NULL);
 }
 
 /**
@@ -455,7 +495,7 @@ report_violation (DBusSeqpacketFraming *framing,
   _dbus_verbose ("SOCK_SEQPACKET framing violation: %s (%d-byte packet)\n",
                  violation, packet_len);
 
-  if (!framing->log_violations)
+  if (!framing->server)
     return;
 
   if (getsockopt (fd.fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) == 0)
@@ -652,6 +692,102 @@ daemon_packet (DBusSeqpacketFraming *framing,
   return got;
 }
 
+/* A copy the kernel diverted from our full member: a whole message from
+ * another member, which the daemon sends back to the member.  It never
+ * touches framing->remaining, so it may arrive between the fragments of a
+ * message the member sent.  One that does not parse is dropped, as the
+ * member's libdbus would have dropped it. */
+static int
+diverted_packet (DBusSeqpacketFraming        *framing,
+                 const DBusSeqpacketDiverted *diverted,
+                 DBusString                  *buffer,
+                 int                          start,
+                 int                          got)
+{
+  DBusError error = DBUS_ERROR_INIT;
+  DBusSeqpacketDiverted *copy;
+  DBusMessage *message;
+
+  _dbus_assert (diverted_slot >= 0);
+  _dbus_assert (framing->checked == NULL);
+
+  message = dbus_message_demarshal (_dbus_string_get_const_data_len (buffer,
+                                                                     start,
+                                                                     got),
+                                    got, &error);
+  _dbus_string_set_length (buffer, start);
+  if (message == NULL)
+    {
+      _dbus_verbose ("dbus-mcast: dropped diverted copy %u: %s\n",
+                     diverted->seq, error.message);
+      if (dbus_error_has_name (&error, DBUS_ERROR_NO_MEMORY))
+        {
+          dbus_error_free (&error);
+          errno = ENOMEM;
+          return -1;
+        }
+      dbus_error_free (&error);
+      return got;
+    }
+
+  copy = dbus_new (DBusSeqpacketDiverted, 1);
+  if (copy == NULL)
+    goto no_memory;
+
+  *copy = *diverted;
+  if (!dbus_message_set_data (message, diverted_slot, copy, dbus_free))
+    {
+      dbus_free (copy);
+      goto no_memory;
+    }
+
+  framing->checked = message;
+  return got;
+
+ no_memory:
+  dbus_message_unref (message);
+  errno = ENOMEM;
+  return -1;
+}
+
+/**
+ * Allocates the message data slot of diverted copies; the daemon calls
+ * it before it admits anyone into a group, and
+ * _dbus_seqpacket_diverted_deinit() as often when it is done.
+ *
+ * @returns #FALSE if no memory
+ */
+dbus_bool_t
+_dbus_seqpacket_diverted_init (void)
+{
+  return dbus_message_allocate_data_slot (&diverted_slot);
+}
+
+/**
+ * Frees what _dbus_seqpacket_diverted_init() allocated.
+ */
+void
+_dbus_seqpacket_diverted_deinit (void)
+{
+  dbus_message_free_data_slot (&diverted_slot);
+}
+
+/**
+ * Whether a message the daemon read is a copy the kernel diverted to it
+ * from the member of that connection, and which.
+ *
+ * @param message the message
+ * @returns the copy's sequence number and sender, or #NULL
+ */
+const DBusSeqpacketDiverted *
+_dbus_seqpacket_message_get_diverted (DBusMessage *message)
+{
+  if (diverted_slot < 0)
+    return NULL;
+
+  return dbus_message_get_data (message, diverted_slot);
+}
+
 /**
  * Reads one packet of message data (after BEGIN) into buffer and checks
  * it against the framing rules of dbus-seqpacket-io.h.  For a member of a
@@ -676,11 +812,20 @@ _dbus_seqpacket_read_message (DBusSeqpacketFraming *framing,
 {
   int start = _dbus_string_get_length (buffer);
   dbus_uint64_t sender_id = 0;
+  DBusSeqpacketDiverted diverted = { 0, 0 };
   int got;
   const char *violation;
 
   got = read_packet (fd, buffer, DBUS_SEQPACKET_FRAGMENT_SIZE, fds, n_fds,
-                     framing->member != NULL ? &sender_id : NULL);
+                     framing->member != NULL ? &sender_id : NULL,
+                     framing->server ? &diverted : NULL);
+  if (got < 0 && errno == EPROTO && (sender_id != 0 || diverted.seq != 0))
+    {
+      /* Another member's packet, too long for any reader: the kernel
+       * delivered it, but it harms nobody but its sender */
+      _dbus_verbose ("dbus-mcast: dropped a group packet longer than the fragment size\n");
+      return DBUS_SEQPACKET_FRAGMENT_SIZE;
+    }
   if (got < 0 && errno == EPROTO)
     {
       report_violation (framing, fd, "packet longer than the fragment size", -1);
@@ -689,6 +834,9 @@ _dbus_seqpacket_read_message (DBusSeqpacketFraming *framing,
     }
   if (got <= 0)
     return got;
+
+  if (diverted.seq != 0)
+    return diverted_packet (framing, &diverted, buffer, start, got);
 
   if (sender_id != 0)
     {
@@ -798,11 +946,19 @@ _dbus_seqpacket_write_message (DBusSeqpacketFraming *framing,
       m.msg_iovlen++;
     }
 
-  if (bytes_already_written == 0 && n_fds > 0)
+  if (bytes_already_written > 0)
+    n_fds = 0;
+  if (n_fds > 0)
+    m.msg_controllen += CMSG_SPACE (n_fds * sizeof (int));
+#ifdef DBUS_HAVE_MCAST_UAPI
+  if (framing->forward_id != 0)
+    m.msg_controllen += CMSG_SPACE (sizeof (framing->forward_id));
+#endif
+
+  if (m.msg_controllen > 0)
     {
       struct cmsghdr *cm;
 
-      m.msg_controllen = CMSG_SPACE (n_fds * sizeof (int));
       control = dbus_malloc0 (m.msg_controllen);
       if (control == NULL)
         {
@@ -811,10 +967,25 @@ _dbus_seqpacket_write_message (DBusSeqpacketFraming *framing,
         }
       m.msg_control = control;
       cm = CMSG_FIRSTHDR (&m);
-      cm->cmsg_level = SOL_SOCKET;
-      cm->cmsg_type = SCM_RIGHTS;
-      cm->cmsg_len = CMSG_LEN (n_fds * sizeof (int));
-      memcpy (CMSG_DATA (cm), fds, n_fds * sizeof (int));
+      if (n_fds > 0)
+        {
+          cm->cmsg_level = SOL_SOCKET;
+          cm->cmsg_type = SCM_RIGHTS;
+          cm->cmsg_len = CMSG_LEN (n_fds * sizeof (int));
+          memcpy (CMSG_DATA (cm), fds, n_fds * sizeof (int));
+          cm = CMSG_NXTHDR (&m, cm);
+        }
+#ifdef DBUS_HAVE_MCAST_UAPI
+      if (framing->forward_id != 0)
+        {
+          /* A diverted copy goes back out under its sender's id */
+          cm->cmsg_level = SOL_UNIX;
+          cm->cmsg_type = SCM_UNIX_SENDER_ID;
+          cm->cmsg_len = CMSG_LEN (sizeof (framing->forward_id));
+          memcpy (CMSG_DATA (cm), &framing->forward_id,
+                  sizeof (framing->forward_id));
+        }
+#endif
     }
 
   if (framing->member != NULL)

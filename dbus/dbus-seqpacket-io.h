@@ -19,6 +19,15 @@
  * and dbus-mcast-member.h decides what to do with each message; this
  * module still does the I/O.
  *
+ * On the daemon's end of such a connection, the kernel may also deliver
+ * copies of other members' messages that it diverted from the member
+ * because the member's socket was full (SCM_UNIX_DELIVERY).  Each is a
+ * whole message; it is queued like any message read, marked with
+ * _dbus_seqpacket_message_get_diverted(), and when the daemon sends that
+ * message back to the member, it goes out under its original sender's id
+ * (SCM_UNIX_SENDER_ID), so that the member sees what the group would have
+ * delivered.
+ *
  * A receiver that sees anything else (a packet holding more than one
  * message, a short fragment, a fragment that is too long, an invalid fixed
  * header) fails the read with EPROTO, and the transport disconnects that
@@ -52,7 +61,15 @@ DBUS_BEGIN_DECLS
  * message. */
 typedef struct DBusSeqpacketFraming DBusSeqpacketFraming;
 
-DBusSeqpacketFraming *_dbus_seqpacket_framing_new   (dbus_bool_t           log_violations);
+/** A copy of a group message the kernel diverted from a full member to
+ * the daemon's end of its connection */
+typedef struct
+{
+  dbus_uint32_t seq;        /**< the member's divert sequence number, from 1 */
+  dbus_uint64_t sender_id;  /**< the kernel's id of the member that sent it */
+} DBusSeqpacketDiverted;
+
+DBusSeqpacketFraming *_dbus_seqpacket_framing_new   (dbus_bool_t           server);
 void                  _dbus_seqpacket_framing_free  (DBusSeqpacketFraming *framing);
 dbus_bool_t           _dbus_seqpacket_framing_start (DBusSeqpacketFraming *framing,
                                                      DBusSocket            fd,
@@ -76,6 +93,13 @@ int _dbus_seqpacket_read_message   (DBusSeqpacketFraming *framing,
                                     int                  *fds,
                                     unsigned int         *n_fds);
 DBusMessage *_dbus_seqpacket_take_checked_message (DBusSeqpacketFraming *framing);
+
+DBUS_PRIVATE_EXPORT
+dbus_bool_t                  _dbus_seqpacket_diverted_init        (void);
+DBUS_PRIVATE_EXPORT
+void                         _dbus_seqpacket_diverted_deinit      (void);
+DBUS_PRIVATE_EXPORT
+const DBusSeqpacketDiverted *_dbus_seqpacket_message_get_diverted (DBusMessage *message);
 int _dbus_seqpacket_write_message  (DBusSeqpacketFraming *framing,
                                     DBusSocket            fd,
                                     const DBusString     *header,

@@ -1336,6 +1336,85 @@ test_order (gconstpointer data)
   peer_free (receiver);
 }
 
+/* ---- isolation: nobody waits for a client that stops reading ------------ */
+
+#define STALLED_SIGNALS 300
+
+/* A subscriber that stops reading (a connection this thread does not
+ * read, as a program stopped in a debugger) holds nobody back: the
+ * emitter's signals go out and its call to a third client is answered at
+ * once.  Once the subscriber reads again, it gets every signal, in order,
+ * once.  Between members, the subscriber's copies went through the
+ * daemon meanwhile (MulticastDiverted), and the kernel delivers to it
+ * directly again once the daemon has written them all (MulticastResumes). */
+static void
+test_stalled_subscriber (gconstpointer data)
+{
+  PeerKind kinds[3];
+  Peer *emitter, *subscriber, *callee;
+  gboolean diverts;
+  guint64 diverted = 0, resumes = 0;
+  DBusMessage *m;
+  gchar *rule;
+  guint i;
+
+  g_assert_cmpuint (parse_kinds (data, kinds, 3), ==, 3);
+  emitter = peer_new (kinds[0]);
+  subscriber = peer_new (kinds[1]);
+  callee = peer_new (kinds[2]);
+  rule = g_strdup_printf ("type='signal',sender='%s',interface='%s'",
+                          emitter->name, TEST_IFACE);
+  peer_add_match (subscriber, rule);
+  /* the kernel diverts group copies; a classic emitter's signals reach
+   * the subscriber through the daemon, which queues them as stock does */
+  diverts = kinds[0] == PEER_MEMBER && kinds[1] == PEER_MEMBER && kernel_has_mcast ();
+  if (diverts)
+    {
+      diverted = get_stat (emitter, "MulticastDiverted");
+      resumes = get_stat (emitter, "MulticastResumes");
+    }
+
+  for (i = 0; i < STALLED_SIGNALS; i++)
+    {
+      m = new_signal (TEST_PATH, TEST_IFACE, "Tick", "stalled", i);
+      peer_send (emitter, m);
+      dbus_message_unref (m);
+    }
+  echo_roundtrip (emitter, callee, "not held back");
+  if (diverts)
+    g_assert_cmpuint (get_stat (emitter, "MulticastDiverted"), >, diverted);
+
+  for (i = 0; i <= STALLED_SIGNALS; i++)
+    {
+      if (i == STALLED_SIGNALS)
+        {
+          /* and nothing twice: the next signal is the next one read */
+          m = new_signal (TEST_PATH, TEST_IFACE, "Tick", "after", i);
+          peer_send (emitter, m);
+          dbus_message_unref (m);
+        }
+      m = peer_wait (subscriber, is_signal_named, "Tick");
+      g_assert_cmpuint (signal_seq (m), ==, i);
+      g_assert_cmpstr (dbus_message_get_sender (m), ==, emitter->name);
+      dbus_message_unref (m);
+    }
+  if (diverts)
+    {
+      gint64 deadline = g_get_monotonic_time () + TIMEOUT_US;
+
+      while (get_stat (emitter, "MulticastResumes") <= resumes)
+        {
+          g_assert_cmpint (g_get_monotonic_time (), <, deadline);
+          g_usleep (10000);
+        }
+    }
+
+  g_free (rule);
+  peer_free (callee);
+  peer_free (subscriber);
+  peer_free (emitter);
+}
+
 /* ---- security: well-behaved clients --------------------------------------- */
 
 /* A third client never sees a unicast between two others */
@@ -2226,6 +2305,12 @@ main (int    argc,
     "member-member-member", "gdbus-member-member", "member-member-gdbus",
     "member-gdbus-member", "classic-member-member"
   };
+  /* emitter-subscriber-callee; GDBus reads in a thread of its own, so it
+   * is never the subscriber that stops reading */
+  static const gchar *triples_stalled[] = {
+    "member-member-member", "classic-member-member", "gdbus-member-classic",
+    "member-classic-member"
+  };
   static const gchar *libdbus_pairs[] = {
     "member-member", "member-classic", "classic-member", "classic-classic"
   };
@@ -2291,6 +2376,9 @@ main (int    argc,
   ADD ("/security/raw/filter-tamper", test_filter_tamper, NULL);
   ADD ("/security/raw/unsolicited-reply", test_unsolicited_reply, NULL);
   ADD ("/policy/restricted", test_restricted, NULL);
+  for (i = 0; i < G_N_ELEMENTS (triples_stalled); i++)
+    ADDF (test_stalled_subscriber, triples_stalled[i], "/isolation/stalled-subscriber/%s",
+          triples_stalled[i]);
   ADD ("/monitor/stalled", test_monitor_stalled, NULL);
   for (i = 0; i < G_N_ELEMENTS (kinds); i++)
     ADDF (test_monitor_reading, kinds[i], "/monitor/reading/%s", kinds[i]);

@@ -1,0 +1,382 @@
+/* -*- mode: C; c-file-style: "gnu"; indent-tabs-mode: nil; -*- */
+/* mcast-spill.c  The copies the kernel diverted from a full member
+ *
+ * See mcast-spill.h for what this module is for.
+ *
+ * Copyright (C) 2026 dbus-mcast contributors
+ * SPDX-License-Identifier: AFL-2.1 OR GPL-2.0-or-later
+ */
+
+#include <config.h>
+#include "mcast-spill.h"
+
+#include <errno.h>
+#include <dbus/dbus-list.h>
+#include <dbus/dbus-mcast-member.h>
+#include <dbus/dbus-mcast-uapi.h>
+#include <dbus/dbus-seqpacket-io.h>
+#include <dbus/dbus-timeout.h>
+#include "connection.h"
+#include "services.h"
+#include "utils.h"
+
+/* What the daemon holds for one member, in a connection data slot, and
+ * referenced by each of its copies until that copy is written */
+typedef struct
+{
+  int refcount;
+  BusMcastSpill *spill;
+  DBusConnection *connection;  /**< not referenced; NULL once finalized */
+  int outstanding;             /**< copies queued at the member */
+  dbus_uint32_t last_seq;      /**< of the last copy read */
+  dbus_bool_t due;             /**< on spill->due */
+} Member;
+
+struct BusMcastSpill
+{
+  BusContext *context;
+  DBusTimeout *resume;         /**< enabled while members are due */
+  DBusList *due;               /**< Member *, referenced */
+  BusMcastSpillStats stats;
+};
+
+static dbus_int32_t member_slot = -1;
+static dbus_int32_t copy_slot = -1;
+
+static Member *
+member_ref (Member *member)
+{
+  member->refcount += 1;
+  return member;
+}
+
+static void
+member_unref (void *data)
+{
+  Member *member = data;
+
+  member->refcount -= 1;
+  if (member->refcount == 0)
+    dbus_free (member);
+}
+
+/* The free function of member_slot: the connection is being finalized */
+static void
+member_gone (void *data)
+{
+  Member *member = data;
+
+  member->connection = NULL;
+  member_unref (member);
+}
+
+/* The member's state, created at its first diverted copy; NULL if no
+ * memory */
+static Member *
+member_of (BusMcastSpill  *spill,
+           DBusConnection *connection)
+{
+  Member *member = dbus_connection_get_data (connection, member_slot);
+
+  if (member != NULL)
+    return member;
+
+  member = dbus_new0 (Member, 1);
+  if (member == NULL)
+    return NULL;
+
+  member->refcount = 1;
+  member->spill = spill;
+  member->connection = connection;
+  if (!dbus_connection_set_data (connection, member_slot, member,
+                                 member_gone))
+    {
+      dbus_free (member);
+      return NULL;
+    }
+
+  return member;
+}
+
+/* Nothing the daemon read for the member is left to write: let the
+ * kernel deliver to it directly again, from the main loop */
+static void
+member_settled (Member *member)
+{
+  BusMcastSpill *spill = member->spill;
+
+  if (member->outstanding > 0 || member->due)
+    return;
+
+  if (!_dbus_list_append (&spill->due, member))
+    {
+      /* No memory: the member stays diverted until its next copy, which
+       * is slower for it, but loses and reorders nothing */
+      _dbus_verbose ("dbus-mcast: no memory to resume a member\n");
+      return;
+    }
+
+  member_ref (member);
+  member->due = TRUE;
+  _dbus_timeout_restart (spill->resume, 0);
+}
+
+/* The free function of copy_slot: the member's copy was written, or
+ * dropped with the member */
+static void
+copy_written (void *data)
+{
+  Member *member = data;
+
+  member->outstanding -= 1;
+  member_settled (member);
+  member_unref (member);
+}
+
+#ifdef DBUS_HAVE_MCAST_UAPI
+static void
+resume (BusMcastSpill *spill,
+        Member        *member)
+{
+  int fd;
+
+  if (member->connection == NULL ||
+      !dbus_connection_get_is_connected (member->connection) ||
+      !dbus_connection_get_socket (member->connection, &fd))
+    return;
+
+  if (setsockopt (fd, SOL_UNIX, UNIX_PEER_RESUME, &member->last_seq,
+                  sizeof (member->last_seq)) == 0)
+    spill->stats.resumes += 1;
+  else if (errno != EAGAIN)
+    _dbus_verbose ("dbus-mcast: cannot resume %s: %s\n",
+                   bus_connection_get_name (member->connection),
+                   _dbus_strerror (errno));
+  /* EAGAIN: newer copies wait on the socket; this runs again once they
+   * are written */
+}
+#endif
+
+static dbus_bool_t
+resume_due (void *data)
+{
+  BusMcastSpill *spill = data;
+  Member *member;
+
+  while ((member = _dbus_list_pop_first (&spill->due)) != NULL)
+    {
+      member->due = FALSE;
+#ifdef DBUS_HAVE_MCAST_UAPI
+      if (member->outstanding == 0)
+        resume (spill, member);
+#endif
+      member_unref (member);
+    }
+
+  _dbus_timeout_disable (spill->resume);
+  return TRUE;
+}
+
+BusMcastSpill *
+bus_mcast_spill_new (BusContext *context)
+{
+  BusMcastSpill *spill;
+
+  spill = dbus_new0 (BusMcastSpill, 1);
+  if (spill == NULL)
+    return NULL;
+
+  spill->context = context;
+  spill->resume = _dbus_timeout_new (0, resume_due, spill, NULL);
+  if (spill->resume == NULL)
+    goto failed;
+
+  _dbus_timeout_disable (spill->resume);
+  if (!_dbus_loop_add_timeout (bus_context_get_loop (context), spill->resume))
+    goto failed;
+
+  if (!dbus_connection_allocate_data_slot (&member_slot))
+    goto failed_loop;
+
+  if (!dbus_message_allocate_data_slot (&copy_slot))
+    goto failed_member_slot;
+
+  if (!_dbus_seqpacket_diverted_init ())
+    goto failed_copy_slot;
+
+  return spill;
+
+ failed_copy_slot:
+  dbus_message_free_data_slot (&copy_slot);
+ failed_member_slot:
+  dbus_connection_free_data_slot (&member_slot);
+ failed_loop:
+  _dbus_loop_remove_timeout (bus_context_get_loop (context), spill->resume);
+ failed:
+  if (spill->resume != NULL)
+    _dbus_timeout_unref (spill->resume);
+  dbus_free (spill);
+  return NULL;
+}
+
+void
+bus_mcast_spill_free (BusMcastSpill *spill)
+{
+  if (spill == NULL)
+    return;
+
+  _dbus_list_clear_full (&spill->due, member_unref);
+  _dbus_loop_remove_timeout (bus_context_get_loop (spill->context),
+                             spill->resume);
+  _dbus_timeout_unref (spill->resume);
+  _dbus_seqpacket_diverted_deinit ();
+  dbus_message_free_data_slot (&copy_slot);
+  dbus_connection_free_data_slot (&member_slot);
+  dbus_free (spill);
+}
+
+/* The connection of the member that sent a diverted copy, if its SENDER
+ * is the name the kernel's id stands for and it is still connected; a copy
+ * whose SENDER lies is one the member's libdbus would drop */
+static DBusConnection *
+sender_of (BusMcastSpill               *spill,
+           DBusMessage                 *message,
+           const DBusSeqpacketDiverted *diverted)
+{
+  const char *name = dbus_message_get_sender (message);
+  BusService *service;
+  DBusString str;
+
+  if (name == NULL || _dbus_mcast_sender_id_of_name (name) != diverted->sender_id)
+    return NULL;
+
+  _dbus_string_init_const (&str, name);
+  service = bus_registry_lookup (bus_context_get_registry (spill->context), &str);
+  if (service == NULL)
+    return NULL;
+
+  return bus_service_get_primary_owners_connection (service);
+}
+
+/* Whether @member is the connection @message is addressed to */
+static dbus_bool_t
+addressed_to (BusMcastSpill  *spill,
+              DBusConnection *member,
+              DBusMessage    *message)
+{
+  const char *destination = dbus_message_get_destination (message);
+  BusService *service;
+  DBusString str;
+
+  if (destination == NULL)
+    return FALSE;
+
+  _dbus_string_init_const (&str, destination);
+  service = bus_registry_lookup (bus_context_get_registry (spill->context), &str);
+  return service != NULL &&
+         bus_service_get_primary_owners_connection (service) == member;
+}
+
+/* Refuses a copy the member has no room for, as stock refuses a message
+ * for a recipient with a full queue: the log line, and to a caller that
+ * waits for the member's reply, the LimitsExceeded error */
+static void
+refuse (BusMcastSpill  *spill,
+        DBusConnection *sender,
+        DBusConnection *member,
+        DBusMessage    *message,
+        DBusError      *error)
+{
+  BusTransaction *transaction;
+
+  spill->stats.refused += 1;
+  if (sender == NULL ||
+      dbus_message_get_type (message) != DBUS_MESSAGE_TYPE_METHOD_CALL ||
+      dbus_message_get_no_reply (message) ||
+      !addressed_to (spill, member, message))
+    return;
+
+  transaction = bus_transaction_new (spill->context);
+  if (transaction == NULL)
+    {
+      _dbus_verbose ("dbus-mcast: no memory to refuse a call\n");
+      return;
+    }
+
+  if (!bus_transaction_send_error_reply (transaction, sender, error, message))
+    _dbus_verbose ("dbus-mcast: no memory to refuse a call\n");
+  bus_transaction_execute_and_free (transaction);
+}
+
+/**
+ * Takes a message the daemon read from @connection if it is a copy the
+ * kernel diverted from that member: queues it back to the member, within
+ * the bus's limits, or refuses it as stock would.
+ *
+ * @param spill the bus's spill
+ * @param connection the member's connection the message was read from
+ * @param message the message
+ * @returns #FALSE if the message is not a diverted copy (the member sent
+ *   it), #TRUE if it was taken
+ */
+dbus_bool_t
+bus_mcast_spill_take (BusMcastSpill  *spill,
+                      DBusConnection *connection,
+                      DBusMessage    *message)
+{
+  const DBusSeqpacketDiverted *diverted;
+  DBusError error = DBUS_ERROR_INIT;
+  DBusConnection *sender;
+  Member *member;
+
+  diverted = _dbus_seqpacket_message_get_diverted (message);
+  if (diverted == NULL)
+    return FALSE;
+
+  spill->stats.diverted += 1;
+  while ((member = member_of (spill, connection)) == NULL)
+    _dbus_wait_for_memory ();
+
+  member->last_seq = diverted->seq;
+  sender = sender_of (spill, message, diverted);
+  if (sender == NULL)
+    {
+      _dbus_verbose ("dbus-mcast: dropped diverted copy %u with a false SENDER\n",
+                     diverted->seq);
+      member_settled (member);
+      return TRUE;
+    }
+
+  if (!bus_context_check_recipient_limits (spill->context, sender,
+                                           connection, message,
+                                           dbus_message_get_reply_serial (message) != 0,
+                                           &error))
+    {
+      refuse (spill, sender, connection, message, &error);
+      dbus_error_free (&error);
+      member_settled (member);
+      return TRUE;
+    }
+
+  /* The copy goes out under its sender's id (dbus-seqpacket-io.h) and
+   * counts as written when the member's queue lets go of it */
+  while (!dbus_message_set_data (message, copy_slot, member_ref (member),
+                                 copy_written))
+    {
+      member_unref (member);
+      _dbus_wait_for_memory ();
+    }
+  member->outstanding += 1;
+
+  while (!dbus_connection_send (connection, message, NULL))
+    _dbus_wait_for_memory ();
+
+  return TRUE;
+}
+
+void
+bus_mcast_spill_get_stats (BusMcastSpill      *spill,
+                           BusMcastSpillStats *stats)
+{
+  *stats = spill->stats;
+}
