@@ -141,18 +141,8 @@ bus_mcast_admission_monitor (BusMcastMembers *members,
                              dbus_bool_t      selective,
                              DBusError       *error)
 {
-  if (!bus_mcast_members_become_monitor (members, connection, selective,
-                                         error))
-    return FALSE;
-
-  /* Without the UAPI nobody is a member, so nobody gets here */
-  if (!bus_mcast_members_gets_group_traffic (connection))
-    return TRUE;
-
-#ifdef DBUS_HAVE_MCAST_UAPI
-  return admit (connection, UNIX_MREQ_SEND_TO_PEER | UNIX_MREQ_DROP_WHEN_FULL,
-                error);
-#else
-  return TRUE;
-#endif
+  /* The member's admission stays: with UNIX_MREQ_DIVERT_WHEN_FULL, a
+   * monitor that stops reading already holds nobody back */
+  return bus_mcast_members_become_monitor (members, connection, selective,
+                                           error);
 }

@@ -14,11 +14,11 @@
  * Hello reply is queued (doc/design.md, "Promotion"): a member that stops
  * reading then holds nobody back, and what it misses meanwhile reaches it
  * through the daemon (mcast-spill.h).  A member that becomes a monitor of
- * everything is admitted again with UNIX_MREQ_DROP_WHEN_FULL: a monitor
- * that stops reading must never hold the bus back.  One with match rules
- * is served by the daemon, like a classic monitor.  A configuration reload that
- * makes the policy unfit for filters disconnects the members: they
- * reconnect and stay on the classic path.
+ * everything keeps that admission: a monitor that stops reading never
+ * holds the bus back, and one that reads sees every message.  One with
+ * match rules is served by the daemon, like a classic monitor.  A
+ * configuration reload that makes the policy unfit for filters
+ * disconnects the members: they reconnect and stay on the classic path.
  *
  * Copyright (C) 2026 dbus-mcast contributors
  * SPDX-License-Identifier: AFL-2.1 OR GPL-2.0-or-later

@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include <dbus/dbus-internals.h>
+#include <dbus/dbus-seqpacket-io.h>
 
 #include "mcast-bpf.h"
 #include "utils.h"
@@ -388,11 +389,15 @@ emit_header_walk (BusMcastBpf *bpf,
   for (i = 0; i < (int) _DBUS_N_ELEMENTS (slots); i++)
     bus_mcast_bpf_emit_stmt (bpf, BPF_ST, slots[i]);
 
-  /* Fixed header: at least 16 bytes, host byte order, version 1, a known
-   * type, lengths below 64 KiB (a filtered packet is at most 64 KiB) */
+  /* Fixed header: at least 16 bytes in a packet no reader truncates
+   * (DBUS_SEQPACKET_FRAGMENT_SIZE), host byte order, version 1, a known
+   * type, lengths below 64 KiB */
   bus_mcast_bpf_emit_stmt (bpf, BPF_LD | BPF_W | BPF_LEN, 0);
   bus_mcast_bpf_emit_jump (bpf, BPF_JMP | BPF_JGE | BPF_K, 16,
                            BUS_MCAST_BPF_NEXT, bad);
+  bus_mcast_bpf_emit_jump (bpf, BPF_JMP | BPF_JGT | BPF_K,
+                           DBUS_SEQPACKET_FRAGMENT_SIZE, bad,
+                           BUS_MCAST_BPF_NEXT);
   bus_mcast_bpf_emit_stmt (bpf, BPF_LD | BPF_B | BPF_ABS, 0);
   bus_mcast_bpf_emit_jump (bpf, BPF_JMP | BPF_JEQ | BPF_K, DBUS_LITTLE_ENDIAN,
                            BUS_MCAST_BPF_NEXT, bad);

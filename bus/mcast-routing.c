@@ -21,6 +21,7 @@
 #include <dbus/dbus-timeout.h>
 #include "connection.h"
 #include "mcast-members.h"
+#include "mcast-spill.h"
 
 /* How a message from a member reached the daemon, in a message data slot. */
 typedef enum
@@ -242,11 +243,31 @@ DBusMessage *
 bus_mcast_routing_for_recipient (DBusConnection *recipient,
                                  DBusMessage    *message)
 {
-  if (arrival_of (message) == ARRIVED_STRAIGHT &&
-      (!bus_mcast_members_is_member (recipient) ||
-       bus_connection_is_monitor (recipient)))
-    return dbus_message_copy (message);
+  DBusMessage *copy;
 
+  if (arrival_of (message) != ARRIVED_STRAIGHT)
+    return dbus_message_ref (message);
+
+  copy = dbus_message_copy (message);
+  if (copy == NULL)
+    return NULL;
+
+  /* Classic recipients get everything through the daemon, in order.  A
+   * member's group copies wait behind this one at the daemon until it is
+   * written, so the sender need not wait for it. */
+  if (!bus_mcast_members_gets_group_traffic (recipient) ||
+      bus_mcast_spill_hold (
+          bus_context_get_mcast_spill (bus_connection_get_context (recipient)),
+          recipient, copy))
+    return copy;
+
+  /* The kernel refused: the member shares the message, and the sender's
+   * fence waits until it is written there too.  A monitor keeps its copy:
+   * it must not hold any sender back. */
+  if (bus_connection_is_monitor (recipient))
+    return copy;
+
+  dbus_message_unref (copy);
   return dbus_message_ref (message);
 }
 

@@ -10,14 +10,14 @@
  * member whose filter wanted it, monitors included, so the daemon routes
  * it only to everyone else: the bus driver, classic clients, activation,
  * errors.  A message that came straight is routed like on a stock bus, and
- * once every recipient's copy has been written to its socket (when the
- * daemon lets go of the message) the sender gets the fence signal that
- * lets it write again (doc/design.md, "How a message flows").  Only the
- * members' copies matter for the order the fence keeps (classic clients
- * get everything through the daemon, in order anyway): monitors and
- * classic clients get their own copy of such a message, so that neither
- * a monitor that stopped reading nor a slow classic client holds the
- * fence back.
+ * once the daemon lets go of it the sender gets the fence signal that
+ * lets it write again (doc/design.md, "How a message flows").  Every
+ * recipient gets its own copy of such a message, so that no recipient
+ * that stopped reading holds the fence back: classic clients get
+ * everything through the daemon, in order anyway, and a member's group
+ * copies are held at the daemon behind its copy until that is written
+ * (mcast-spill.h), so that nothing the sender sends after the fence can
+ * overtake it.
  *
  * Copyright (C) 2026 dbus-mcast contributors
  * SPDX-License-Identifier: AFL-2.1 OR GPL-2.0-or-later

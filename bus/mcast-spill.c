@@ -27,10 +27,25 @@ typedef struct
   int refcount;
   BusMcastSpill *spill;
   DBusConnection *connection;  /**< not referenced; NULL once finalized */
-  int outstanding;             /**< copies queued at the member */
+  int outstanding;             /**< copies queued at the member, or parked */
   dbus_uint32_t last_seq;      /**< of the last copy read */
   dbus_bool_t due;             /**< on spill->due */
+  DBusList *parked;            /**< Held *, waiting for their seq */
 } Member;
+
+/* A copy of a message the daemon routed to a member, held ahead of the
+ * group copies the member gets after it (bus_mcast_spill_hold()), in
+ * hold_slot of the copy.  Diverted copies up to @after were sent before
+ * it: if the daemon has not read them all yet, the copy is parked until
+ * it has. */
+typedef struct
+{
+  Member *member;              /**< referenced */
+  dbus_uint32_t after;
+  DBusList *link;              /**< preallocated for member->parked */
+  DBusMessage *copy;           /**< referenced while parked */
+  DBusPreallocatedSend *preallocated;  /**< while parked */
+} Held;
 
 struct BusMcastSpill
 {
@@ -42,6 +57,16 @@ struct BusMcastSpill
 
 static dbus_int32_t member_slot = -1;
 static dbus_int32_t copy_slot = -1;
+static dbus_int32_t hold_slot = -1;
+
+/* Whether the daemon has read the diverted copy numbered @seq, when it
+ * has read up to @last; sequence numbers wrap */
+static dbus_bool_t
+seq_reached (dbus_uint32_t last,
+             dbus_uint32_t seq)
+{
+  return (dbus_int32_t) (last - seq) >= 0;
+}
 
 static Member *
 member_ref (Member *member)
@@ -133,6 +158,49 @@ copy_written (void *data)
   member_unref (member);
 }
 
+/* The free function of hold_slot: the held copy was written, or dropped
+ * with the member */
+static void
+held_written (void *data)
+{
+  Held *held = data;
+  Member *member = held->member;
+
+  _dbus_assert (held->copy == NULL);
+  _dbus_assert (held->preallocated == NULL);
+
+  if (held->link != NULL)
+    _dbus_list_free_link (held->link);
+  dbus_free (held);
+  copy_written (member);
+}
+
+/* Sends the parked copies whose preceding diverted copies are all
+ * queued now */
+static void
+send_parked (Member *member)
+{
+  DBusList *link;
+
+  while ((link = _dbus_list_get_first_link (&member->parked)) != NULL)
+    {
+      Held *held = link->data;
+      DBusMessage *copy = held->copy;
+
+      if (!seq_reached (member->last_seq, held->after))
+        break;
+
+      _dbus_list_unlink (&member->parked, link);
+      held->link = link;
+      held->copy = NULL;
+      dbus_connection_send_preallocated (member->connection,
+                                         held->preallocated, copy, NULL);
+      held->preallocated = NULL;
+      /* may free held */
+      dbus_message_unref (copy);
+    }
+}
+
 #ifdef DBUS_HAVE_MCAST_UAPI
 static void
 resume (BusMcastSpill *spill,
@@ -201,11 +269,16 @@ bus_mcast_spill_new (BusContext *context)
   if (!dbus_message_allocate_data_slot (&copy_slot))
     goto failed_member_slot;
 
-  if (!_dbus_seqpacket_diverted_init ())
+  if (!dbus_message_allocate_data_slot (&hold_slot))
     goto failed_copy_slot;
+
+  if (!_dbus_seqpacket_diverted_init ())
+    goto failed_hold_slot;
 
   return spill;
 
+ failed_hold_slot:
+  dbus_message_free_data_slot (&hold_slot);
  failed_copy_slot:
   dbus_message_free_data_slot (&copy_slot);
  failed_member_slot:
@@ -230,6 +303,7 @@ bus_mcast_spill_free (BusMcastSpill *spill)
                              spill->resume);
   _dbus_timeout_unref (spill->resume);
   _dbus_seqpacket_diverted_deinit ();
+  dbus_message_free_data_slot (&hold_slot);
   dbus_message_free_data_slot (&copy_slot);
   dbus_connection_free_data_slot (&member_slot);
   dbus_free (spill);
@@ -338,40 +412,170 @@ bus_mcast_spill_take (BusMcastSpill  *spill,
     _dbus_wait_for_memory ();
 
   member->last_seq = diverted->seq;
-  sender = sender_of (spill, message, diverted);
+  sender = diverted->invalid ? NULL : sender_of (spill, message, diverted);
   if (sender == NULL)
     {
-      _dbus_verbose ("dbus-mcast: dropped diverted copy %u with a false SENDER\n",
+      _dbus_verbose ("dbus-mcast: dropped diverted copy %u, invalid or with a false SENDER\n",
                      diverted->seq);
       member_settled (member);
-      return TRUE;
     }
-
-  if (!bus_context_check_recipient_limits (spill->context, sender,
-                                           connection, message,
-                                           dbus_message_get_reply_serial (message) != 0,
-                                           &error))
+  else if (!bus_context_check_recipient_limits (spill->context, sender,
+                                                connection, message,
+                                                dbus_message_get_reply_serial (message) != 0,
+                                                &error))
     {
       refuse (spill, sender, connection, message, &error);
       dbus_error_free (&error);
       member_settled (member);
-      return TRUE;
     }
-
-  /* The copy goes out under its sender's id (dbus-seqpacket-io.h) and
-   * counts as written when the member's queue lets go of it */
-  while (!dbus_message_set_data (message, copy_slot, member_ref (member),
-                                 copy_written))
+  else
     {
-      member_unref (member);
-      _dbus_wait_for_memory ();
-    }
-  member->outstanding += 1;
+      /* The copy goes out under its sender's id (dbus-seqpacket-io.h)
+       * and counts as written when the member's queue lets go of it */
+      while (!dbus_message_set_data (message, copy_slot, member_ref (member),
+                                     copy_written))
+        {
+          member_unref (member);
+          _dbus_wait_for_memory ();
+        }
+      member->outstanding += 1;
 
-  while (!dbus_connection_send (connection, message, NULL))
+      while (!dbus_connection_send (connection, message, NULL))
+        _dbus_wait_for_memory ();
+    }
+
+  send_parked (member);
+  return TRUE;
+}
+
+/**
+ * Holds what the kernel delivers to @connection from now on behind @copy,
+ * a message the daemon routed and is about to queue to that member: the
+ * kernel diverts the member's group copies to the daemon
+ * (UNIX_PEER_DIVERT), which queues them after @copy, and resumes the
+ * member once @copy and they are written.  So the sender of @copy may go
+ * on sending through the group at once: none of its later messages can
+ * overtake @copy at this member, however slowly the member reads.  Group
+ * copies diverted earlier, which the daemon may not have read yet, still
+ * go first: bus_mcast_spill_send_later() parks @copy until they are
+ * queued.
+ *
+ * @param spill the bus's spill
+ * @param connection the member's connection
+ * @param copy the message about to be queued to it, not shared with other
+ *   recipients
+ * @returns #FALSE if the kernel refused or there is no memory (then
+ *   nothing changed)
+ */
+dbus_bool_t
+bus_mcast_spill_hold (BusMcastSpill  *spill,
+                      DBusConnection *connection,
+                      DBusMessage    *copy)
+{
+#ifdef DBUS_HAVE_MCAST_UAPI
+  socklen_t len = sizeof (dbus_uint32_t);
+  Held *held;
+  int fd, on = 1;
+
+  held = dbus_new0 (Held, 1);
+  if (held == NULL)
+    return FALSE;
+
+  held->link = _dbus_list_alloc_link (held);
+  held->member = member_of (spill, connection);
+  if (held->link == NULL || held->member == NULL)
+    goto failed;
+
+  if (!dbus_connection_get_socket (connection, &fd) ||
+      setsockopt (fd, SOL_UNIX, UNIX_PEER_DIVERT, &on, sizeof (on)) != 0 ||
+      getsockopt (fd, SOL_UNIX, UNIX_PEER_DIVERT_SEQ, &held->after, &len) != 0)
+    {
+      /* Diverted or not, the member is resumed when its copies are
+       * written: nothing is lost or reordered */
+      _dbus_verbose ("dbus-mcast: cannot hold %s: %s\n",
+                     bus_connection_get_name (connection),
+                     _dbus_strerror (errno));
+      goto failed;
+    }
+
+  /* Diverted now: what follows must not fail */
+  member_ref (held->member);
+  held->member->outstanding += 1;
+  while (!dbus_message_set_data (copy, hold_slot, held, held_written))
     _dbus_wait_for_memory ();
 
+  spill->stats.holds += 1;
   return TRUE;
+
+ failed:
+  if (held->link != NULL)
+    _dbus_list_free_link (held->link);
+  dbus_free (held);
+  return FALSE;
+#else
+  return FALSE;
+#endif
+}
+
+/**
+ * Sends a held copy (bus_mcast_spill_hold()) later if group copies
+ * diverted before it are still to be read: takes @preallocated and a
+ * reference to @message then.
+ *
+ * @param spill the bus's spill
+ * @param connection the member's connection
+ * @param preallocated what to send @message with
+ * @param message the message a transaction sends to @connection now
+ * @returns #TRUE if the message was parked, #FALSE to send it now
+ */
+dbus_bool_t
+bus_mcast_spill_send_later (BusMcastSpill        *spill,
+                            DBusConnection       *connection,
+                            DBusPreallocatedSend *preallocated,
+                            DBusMessage          *message)
+{
+  Held *held = dbus_message_get_data (message, hold_slot);
+
+  if (held == NULL || seq_reached (held->member->last_seq, held->after))
+    return FALSE;
+
+  _dbus_assert (held->member->connection == connection);
+  held->copy = dbus_message_ref (message);
+  held->preallocated = preallocated;
+  _dbus_list_append_link (&held->member->parked, held->link);
+  held->link = NULL;
+  return TRUE;
+}
+
+/**
+ * Drops what is parked for a member that disconnected.
+ *
+ * @param spill the bus's spill
+ * @param connection the member's connection
+ */
+void
+bus_mcast_spill_disconnected (BusMcastSpill  *spill,
+                              DBusConnection *connection)
+{
+  Member *member = dbus_connection_get_data (connection, member_slot);
+  DBusList *link;
+
+  if (member == NULL)
+    return;
+
+  while ((link = _dbus_list_get_first_link (&member->parked)) != NULL)
+    {
+      Held *held = link->data;
+      DBusMessage *copy = held->copy;
+
+      _dbus_list_unlink (&member->parked, link);
+      held->link = link;
+      held->copy = NULL;
+      dbus_connection_free_preallocated_send (connection, held->preallocated);
+      held->preallocated = NULL;
+      /* may free held */
+      dbus_message_unref (copy);
+    }
 }
 
 void

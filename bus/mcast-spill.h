@@ -17,6 +17,10 @@
  * kernel refuses while newer copies wait on the socket, and the daemon
  * asks again after those.  Order and exactly-once delivery hold across
  * both switches (Documentation/networking/multicast-unix-sockets.rst).
+ * The daemon also diverts a member itself (UNIX_PEER_DIVERT) while a
+ * message it routed to it waits to be written, so that what the sender
+ * sends next through the group cannot overtake it: the sender need not
+ * wait for a slow recipient (mcast-routing.h, the fence).
  *
  * Copyright (C) 2026 dbus-mcast contributors
  * SPDX-License-Identifier: AFL-2.1 OR GPL-2.0-or-later
@@ -30,12 +34,14 @@
 #include "bus.h"
 
 /* Diverted copies the daemon read since it started, those it refused
- * (limits), and how often it resumed a member (Debug.Stats.GetStats) */
+ * (limits), how often it resumed a member, and how often it diverted one
+ * itself to hold its copies behind a routed message (Debug.Stats.GetStats) */
 typedef struct
 {
   dbus_uint32_t diverted;
   dbus_uint32_t refused;
   dbus_uint32_t resumes;
+  dbus_uint32_t holds;
 } BusMcastSpillStats;
 
 BusMcastSpill *bus_mcast_spill_new       (BusContext     *context);
@@ -44,6 +50,15 @@ void           bus_mcast_spill_free      (BusMcastSpill  *spill);
 dbus_bool_t    bus_mcast_spill_take      (BusMcastSpill  *spill,
                                           DBusConnection *connection,
                                           DBusMessage    *message);
+dbus_bool_t    bus_mcast_spill_hold      (BusMcastSpill  *spill,
+                                          DBusConnection *connection,
+                                          DBusMessage    *copy);
+dbus_bool_t    bus_mcast_spill_send_later (BusMcastSpill        *spill,
+                                           DBusConnection       *connection,
+                                           DBusPreallocatedSend *preallocated,
+                                           DBusMessage          *message);
+void           bus_mcast_spill_disconnected (BusMcastSpill  *spill,
+                                             DBusConnection *connection);
 void           bus_mcast_spill_get_stats (BusMcastSpill      *spill,
                                           BusMcastSpillStats *stats);
 

@@ -17,6 +17,7 @@
 #include "dbus-mcast-member.h"
 #include "dbus-mcast-uapi.h"
 #include "dbus-protocol.h"
+#include "dbus-shared.h"
 #include "dbus-sysdeps-seqpacket.h"
 
 #include <errno.h>
@@ -695,8 +696,9 @@ daemon_packet (DBusSeqpacketFraming *framing,
 /* A copy the kernel diverted from our full member: a whole message from
  * another member, which the daemon sends back to the member.  It never
  * touches framing->remaining, so it may arrive between the fragments of a
- * message the member sent.  One that does not parse is dropped, as the
- * member's libdbus would have dropped it. */
+ * message the member sent.  One that does not parse (or, with got 0, did
+ * not fit) stands in as an invalid copy: the member's libdbus would have
+ * dropped it, and the daemon drops it but learns its seq. */
 static int
 diverted_packet (DBusSeqpacketFraming        *framing,
                  const DBusSeqpacketDiverted *diverted,
@@ -707,19 +709,20 @@ diverted_packet (DBusSeqpacketFraming        *framing,
   DBusError error = DBUS_ERROR_INIT;
   DBusSeqpacketDiverted *copy;
   DBusMessage *message;
+  dbus_bool_t invalid = FALSE;
 
   _dbus_assert (diverted_slot >= 0);
   _dbus_assert (framing->checked == NULL);
 
-  message = dbus_message_demarshal (_dbus_string_get_const_data_len (buffer,
-                                                                     start,
-                                                                     got),
-                                    got, &error);
+  /* got 0: the packet was longer than any reader takes */
+  message = got == 0 ? NULL :
+    dbus_message_demarshal (_dbus_string_get_const_data_len (buffer, start, got),
+                            got, &error);
   _dbus_string_set_length (buffer, start);
   if (message == NULL)
     {
-      _dbus_verbose ("dbus-mcast: dropped diverted copy %u: %s\n",
-                     diverted->seq, error.message);
+      _dbus_verbose ("dbus-mcast: diverted copy %u is invalid: %s\n",
+                     diverted->seq, got == 0 ? "too long" : error.message);
       if (dbus_error_has_name (&error, DBUS_ERROR_NO_MEMORY))
         {
           dbus_error_free (&error);
@@ -727,7 +730,17 @@ diverted_packet (DBusSeqpacketFraming        *framing,
           return -1;
         }
       dbus_error_free (&error);
-      return got;
+
+      /* The member would drop it, but the daemon must learn its seq to
+       * resume the member */
+      invalid = TRUE;
+      message = dbus_message_new_signal (DBUS_PATH_LOCAL, DBUS_INTERFACE_LOCAL,
+                                         "Diverted");
+      if (message == NULL)
+        {
+          errno = ENOMEM;
+          return -1;
+        }
     }
 
   copy = dbus_new (DBusSeqpacketDiverted, 1);
@@ -735,6 +748,7 @@ diverted_packet (DBusSeqpacketFraming        *framing,
     goto no_memory;
 
   *copy = *diverted;
+  copy->invalid = invalid;
   if (!dbus_message_set_data (message, diverted_slot, copy, dbus_free))
     {
       dbus_free (copy);
@@ -812,7 +826,7 @@ _dbus_seqpacket_read_message (DBusSeqpacketFraming *framing,
 {
   int start = _dbus_string_get_length (buffer);
   dbus_uint64_t sender_id = 0;
-  DBusSeqpacketDiverted diverted = { 0, 0 };
+  DBusSeqpacketDiverted diverted = { 0, 0, FALSE };
   int got;
   const char *violation;
 
@@ -824,6 +838,9 @@ _dbus_seqpacket_read_message (DBusSeqpacketFraming *framing,
       /* Another member's packet, too long for any reader: the kernel
        * delivered it, but it harms nobody but its sender */
       _dbus_verbose ("dbus-mcast: dropped a group packet longer than the fragment size\n");
+      if (diverted.seq != 0 &&
+          diverted_packet (framing, &diverted, buffer, start, 0) < 0)
+        return -1;
       return DBUS_SEQPACKET_FRAGMENT_SIZE;
     }
   if (got < 0 && errno == EPROTO)

@@ -23,7 +23,9 @@
  * copies of other members' messages that it diverted from the member
  * because the member's socket was full (SCM_UNIX_DELIVERY).  Each is a
  * whole message; it is queued like any message read, marked with
- * _dbus_seqpacket_message_get_diverted(), and when the daemon sends that
+ * _dbus_seqpacket_message_get_diverted() (a copy that is not a valid
+ * message is queued as an empty local signal marked invalid, so that its
+ * sequence number is not lost), and when the daemon sends that
  * message back to the member, it goes out under its original sender's id
  * (SCM_UNIX_SENDER_ID), so that the member sees what the group would have
  * delivered.
@@ -67,6 +69,9 @@ typedef struct
 {
   dbus_uint32_t seq;        /**< the member's divert sequence number, from 1 */
   dbus_uint64_t sender_id;  /**< the kernel's id of the member that sent it */
+  dbus_bool_t invalid;      /**< not a valid message: it stands in for one
+                                 the member would drop, so that the daemon
+                                 still learns its seq */
 } DBusSeqpacketDiverted;
 
 DBusSeqpacketFraming *_dbus_seqpacket_framing_new   (dbus_bool_t           server);

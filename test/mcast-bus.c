@@ -8,6 +8,7 @@
  *
  *   DBUS_SESSION_BUS_ADDRESS               the test bus: "unixseq:...;unix:..."
  *   DBUS_MCAST_TEST_RESTRICTED_ADDRESS     a bus whose policy has a deny rule
+ *   DBUS_MCAST_TEST_LIMITED_ADDRESS        a bus with a small max_outgoing_bytes
  *   DBUS_MCAST_TEST_ACTIVATABLE            a name its servicedir can activate
  *   DBUS_MCAST_STAGE                       the staged dbus (for dbus-monitor)
  *
@@ -71,6 +72,7 @@
 
 static const gchar *bus_address;
 static const gchar *restricted_address;
+static const gchar *limited_address;
 static const gchar *activatable_name;
 
 /* The entries of a bus address list with the given transport */
@@ -1339,13 +1341,17 @@ test_order (gconstpointer data)
 /* ---- isolation: nobody waits for a client that stops reading ------------ */
 
 #define STALLED_SIGNALS 300
+/* The last of them is longer than a packet: the daemon routes it */
+#define STALLED_LARGE_SIZE 100000
 
 /* A subscriber that stops reading (a connection this thread does not
  * read, as a program stopped in a debugger) holds nobody back: the
- * emitter's signals go out and its call to a third client is answered at
- * once.  Once the subscriber reads again, it gets every signal, in order,
- * once.  Between members, the subscriber's copies went through the
- * daemon meanwhile (MulticastDiverted), and the kernel delivers to it
+ * emitter's signals go out, the last one too, longer than the group
+ * carries, and its call to a third client is answered at once.  Once the
+ * subscriber reads again, it gets every signal, in order, once.  Between
+ * members, the subscriber's copies went through the daemon meanwhile
+ * (MulticastDiverted), the daemon held the kernel's copies behind the
+ * long signal (MulticastHolds), and the kernel delivers to the subscriber
  * directly again once the daemon has written them all (MulticastResumes). */
 static void
 test_stalled_subscriber (gconstpointer data)
@@ -1353,7 +1359,8 @@ test_stalled_subscriber (gconstpointer data)
   PeerKind kinds[3];
   Peer *emitter, *subscriber, *callee;
   gboolean diverts;
-  guint64 diverted = 0, resumes = 0;
+  guint64 diverted = 0, resumes = 0, holds = 0;
+  gchar *large = g_strnfill (STALLED_LARGE_SIZE, 'l');
   DBusMessage *m;
   gchar *rule;
   guint i;
@@ -1372,17 +1379,22 @@ test_stalled_subscriber (gconstpointer data)
     {
       diverted = get_stat (emitter, "MulticastDiverted");
       resumes = get_stat (emitter, "MulticastResumes");
+      holds = get_stat (emitter, "MulticastHolds");
     }
 
   for (i = 0; i < STALLED_SIGNALS; i++)
     {
-      m = new_signal (TEST_PATH, TEST_IFACE, "Tick", "stalled", i);
+      m = new_signal (TEST_PATH, TEST_IFACE, "Tick",
+                      i == STALLED_SIGNALS - 1 ? large : "stalled", i);
       peer_send (emitter, m);
       dbus_message_unref (m);
     }
   echo_roundtrip (emitter, callee, "not held back");
   if (diverts)
-    g_assert_cmpuint (get_stat (emitter, "MulticastDiverted"), >, diverted);
+    {
+      g_assert_cmpuint (get_stat (emitter, "MulticastDiverted"), >, diverted);
+      g_assert_cmpuint (get_stat (emitter, "MulticastHolds"), >, holds);
+    }
 
   for (i = 0; i <= STALLED_SIGNALS; i++)
     {
@@ -1410,9 +1422,74 @@ test_stalled_subscriber (gconstpointer data)
     }
 
   g_free (rule);
+  g_free (large);
   peer_free (callee);
   peer_free (subscriber);
   peer_free (emitter);
+}
+
+#define LIMITED_PAYLOAD 4096
+/* With max_outgoing_bytes 256 KiB the queue is full after about 150 */
+#define LIMITED_MAX_CALLS 2000
+
+/* On a bus whose outgoing queues are small, calls to a callee that does
+ * not read are refused with stock's LimitsExceeded error once its queue
+ * is full, whichever path they take; the calls before the first refused
+ * one reach the callee, in order, once it reads */
+static void
+test_limits (gconstpointer data)
+{
+  PeerKind kinds[2];
+  Peer *caller, *callee;
+  gchar *payload = g_strnfill (LIMITED_PAYLOAD, 'q');
+  DBusMessage *refused = NULL, *m;
+  dbus_uint32_t *serials = g_new0 (dbus_uint32_t, LIMITED_MAX_CALLS);
+  guint i, n, sent;
+
+  if (limited_address == NULL)
+    {
+      g_test_skip ("DBUS_MCAST_TEST_LIMITED_ADDRESS is not set");
+      g_free (serials);
+      g_free (payload);
+      return;
+    }
+
+  g_assert_cmpuint (parse_kinds (data, kinds, 2), ==, 2);
+  caller = peer_new_on (kinds[0], limited_address);
+  callee = peer_new_on (kinds[1], limited_address);
+  for (sent = 0; sent < LIMITED_MAX_CALLS && refused == NULL; sent++)
+    {
+      m = new_call (callee->name, "Echo", payload);
+      serials[sent] = peer_send (caller, m);
+      dbus_message_unref (m);
+      while (refused == NULL && (m = peer_pop (caller, 0)) != NULL)
+        {
+          if (dbus_message_get_type (m) == DBUS_MESSAGE_TYPE_ERROR)
+            refused = m;
+          else
+            dbus_message_unref (m);
+        }
+    }
+  g_assert_nonnull (refused);
+  g_assert_cmpstr (dbus_message_get_error_name (refused), ==, DBUS_ERROR_LIMITS_EXCEEDED);
+  g_assert_cmpstr (dbus_message_get_sender (refused), ==, DBUS_SERVICE_DBUS);
+
+  /* every call before the refused one arrived, in order */
+  for (n = 0; serials[n] != dbus_message_get_reply_serial (refused); n++)
+    g_assert_cmpuint (n + 1, <, sent);
+  g_assert_cmpuint (n, >, 0);
+  for (i = 0; i < n; i++)
+    {
+      m = peer_wait (callee, is_test_call, NULL);
+      g_assert_cmpuint (dbus_message_get_serial (m), ==, serials[i]);
+      dbus_message_unref (m);
+    }
+
+  dbus_message_unref (refused);
+  peer_free (callee);
+  peer_free (caller);
+  g_free (serials);
+  g_free (payload);
 }
 
 /* ---- security: well-behaved clients --------------------------------------- */
@@ -1763,13 +1840,28 @@ test_misspelt_sender (gconstpointer data)
   peer_free (receiver);
 }
 
+/* p becomes a monitor of everything */
+static void
+become_monitor (Peer *p)
+{
+  const char *no_rules[] = { NULL };
+  const char **rules = no_rules;
+  dbus_uint32_t flags = 0;
+
+  dbus_message_unref (driver_call (p, "org.freedesktop.DBus.Monitoring", "BecomeMonitor",
+                                   DBUS_TYPE_ARRAY, DBUS_TYPE_STRING, &rules, 0,
+                                   DBUS_TYPE_UINT32, &flags, DBUS_TYPE_INVALID));
+}
+
 typedef enum
 {
   BAD_GARBAGE,
   BAD_FIELDS,
   BAD_TRUNCATED,
   BAD_BODY,
-  BAD_TWO_IN_ONE
+  BAD_TWO_IN_ONE,
+  BAD_OVERSIZED,
+  BAD_EMPTY
 } BadPacket;
 
 /* Writes a bad packet; the daemon may already have hung up on the raw
@@ -1806,13 +1898,16 @@ test_bad_packets (gconstpointer data)
   Peer *a = peer_new (PEER_MEMBER);
   Peer *b = peer_new (PEER_MEMBER);
   Peer *c = peer_new (PEER_GDBUS);
+  Peer *monitor = peer_new (PEER_MEMBER);
   DBusMessage *call = new_call (b->name, "Bad", "x");
+  DBusMessage *m;
   DBusMessage *signal = new_signal (TEST_PATH, TEST_IFACE, "Bad", "broadcast", 1);
   gchar *bytes[2];
   int len[2];
   guint i;
 
   peer_add_match (a, "type='signal',interface='" TEST_IFACE "'");
+  become_monitor (monitor);
   bytes[0] = raw_marshal (r, call, NULL, &len[0]);
   bytes[1] = raw_marshal (r, signal, NULL, &len[1]);
   dbus_message_unref (call);
@@ -1847,6 +1942,25 @@ test_bad_packets (gconstpointer data)
             g_free (two);
           }
           break;
+        case BAD_OVERSIZED:
+          {
+            /* well framed, but one packet longer than any reader takes */
+            gchar *text = g_strnfill (100000, 'x');
+            DBusMessage *big = i == 0 ? new_call (b->name, "Bad", text) :
+              new_signal (TEST_PATH, TEST_IFACE, "Bad", text, 2);
+            gchar *packet;
+            int packet_len;
+
+            packet = raw_marshal (r, big, NULL, &packet_len);
+            raw_send_bad (r, packet, packet_len);
+            g_free (packet);
+            dbus_message_unref (big);
+            g_free (text);
+          }
+          break;
+        case BAD_EMPTY:
+          raw_send_bad (r, "", 0);
+          break;
         default:
           g_assert_not_reached ();
         }
@@ -1859,10 +1973,17 @@ test_bad_packets (gconstpointer data)
   assert_nothing_before_fence (b, c);
   echo_roundtrip (a, b, "still here");
   echo_roundtrip (c, a, "still here");
+  /* the monitor's first call of the test is a's: it dropped the bad ones */
+  m = peer_wait (monitor, is_test_call, NULL);
+  g_assert_cmpstr (dbus_message_get_member (m), ==, "Echo");
+  g_assert_cmpstr (dbus_message_get_sender (m), ==, a->name);
+  dbus_message_unref (m);
   g_assert_true (peer_is_connected (a));
   g_assert_true (peer_is_connected (b));
   g_assert_true (peer_is_connected (c));
+  g_assert_true (peer_is_connected (monitor));
   raw_free (r);
+  peer_free (monitor);
   peer_free (a);
   peer_free (b);
   peer_free (c);
@@ -2197,8 +2318,6 @@ test_monitor_stalled (gconstpointer data)
   g_free (tool);
 }
 
-#define MONITORED_CALLS 500
-
 /* A call of the test, or a method return from data (a unique name) */
 static gboolean
 is_from_test_or_reply (DBusMessage *m, gconstpointer data)
@@ -2207,6 +2326,131 @@ is_from_test_or_reply (DBusMessage *m, gconstpointer data)
       (dbus_message_get_type (m) == DBUS_MESSAGE_TYPE_METHOD_RETURN &&
        g_strcmp0 (dbus_message_get_sender (m), data) == 0);
 }
+
+#define BURST_SIGNALS 400
+#define BURST_PAYLOAD 1024
+
+static gboolean
+is_burst_from (DBusMessage *m, gconstpointer sender)
+{
+  return dbus_message_is_signal (m, TEST_IFACE, "Burst") &&
+      g_strcmp0 (dbus_message_get_sender (m), sender) == 0;
+}
+
+/* Queues BURST_SIGNALS signals from p, numbered from 0, without writing
+ * them */
+static void
+queue_burst (Peer *p)
+{
+  gchar *payload = g_strnfill (BURST_PAYLOAD, 'b');
+  guint i;
+
+  for (i = 0; i < BURST_SIGNALS; i++)
+    {
+      DBusMessage *m = new_signal (TEST_PATH, TEST_IFACE, "Burst", payload, i);
+
+      g_assert_true (dbus_connection_send (p->dc, m, NULL));
+      dbus_message_unref (m);
+    }
+  g_free (payload);
+}
+
+/* p received every signal of sender's burst, once, in order */
+static void
+assert_burst (Peer *p,
+              Peer *sender)
+{
+  guint i;
+
+  for (i = 0; i < BURST_SIGNALS; i++)
+    {
+      DBusMessage *m = peer_wait (p, is_burst_from, sender->name);
+
+      g_assert_cmpuint (signal_seq (m), ==, i);
+      dbus_message_unref (m);
+    }
+}
+
+/* Two single-threaded members each queue a burst of signals for the
+ * other and flush it before they look at what they received, while a
+ * third member subscribed to both does not read at all: both flushes
+ * return, as on a stock bus, and once they read, all three have every
+ * signal in order. */
+static void
+test_flushing_pair (gconstpointer data)
+{
+  Peer *a = peer_new (PEER_MEMBER);
+  Peer *b = peer_new (PEER_MEMBER);
+  Peer *stalled = peer_new (PEER_MEMBER);
+  gchar *rule;
+
+  rule = g_strdup_printf ("type='signal',sender='%s',member='Burst'", a->name);
+  peer_add_match (b, rule);
+  peer_add_match (stalled, rule);
+  g_free (rule);
+  rule = g_strdup_printf ("type='signal',sender='%s',member='Burst'", b->name);
+  peer_add_match (a, rule);
+  peer_add_match (stalled, rule);
+  g_free (rule);
+
+  queue_burst (a);
+  queue_burst (b);
+  libdbus_flush (a->dc);
+  libdbus_flush (b->dc);
+
+  assert_burst (a, b);
+  assert_burst (b, a);
+  assert_burst (stalled, a);
+  assert_burst (stalled, b);
+  peer_free (stalled);
+  peer_free (b);
+  peer_free (a);
+}
+
+#define EAVESDROPPED_CALLS 1000
+
+/* A member that eavesdrops on everything and does not read holds nobody
+ * back; once it reads, it has every call and reply of the exchange it
+ * overheard, in order */
+static void
+test_eavesdropper (gconstpointer data)
+{
+  Peer *a = peer_new (PEER_MEMBER);
+  Peer *b = peer_new (PEER_MEMBER);
+  Peer *eavesdropper = peer_new (PEER_MEMBER);
+  dbus_uint32_t last_call = 0;
+  guint calls = 0, replies = 0;
+
+  peer_add_match (eavesdropper, "type='signal',eavesdrop=true");
+  peer_add_match (eavesdropper, "type='method_call',eavesdrop=true");
+  peer_add_match (eavesdropper, "type='method_return',eavesdrop=true");
+  g_assert_true (exchange (a, b, EAVESDROPPED_CALLS, 64, NULL, NULL, TIMEOUT_US * 10));
+
+  while (calls < EAVESDROPPED_CALLS || replies < EAVESDROPPED_CALLS)
+    {
+      DBusMessage *m = peer_wait (eavesdropper, is_from_test_or_reply, b->name);
+
+      if (is_test_call (m, NULL))
+        {
+          g_assert_cmpstr (dbus_message_get_sender (m), ==, a->name);
+          g_assert_cmpuint (dbus_message_get_serial (m), >, last_call);
+          last_call = dbus_message_get_serial (m);
+          calls++;
+        }
+      else
+        {
+          replies++;
+        }
+      g_assert_cmpuint (replies, <=, calls);
+      dbus_message_unref (m);
+    }
+
+  peer_free (eavesdropper);
+  peer_free (b);
+  peer_free (a);
+}
+
+#define MONITORED_CALLS 500
 
 /* A monitor that reads sees every message of an exchange, in order */
 static void
@@ -2311,15 +2555,19 @@ main (int    argc,
     "member-member-member", "classic-member-member", "gdbus-member-classic",
     "member-classic-member"
   };
+  /* caller-callee; the callee does not read */
+  static const gchar *pairs_limits[] = { "member-member", "classic-member", "member-classic" };
   static const gchar *libdbus_pairs[] = {
     "member-member", "member-classic", "classic-member", "classic-classic"
   };
-  static const gchar *bad[] = { "garbage", "fields", "truncated", "body", "two-in-one" };
+  static const gchar *bad[] = { "garbage", "fields", "truncated", "body", "two-in-one",
+                                "oversized", "empty" };
   guint i, j;
 
   g_test_init (&argc, &argv, NULL);
   bus_address = g_getenv ("DBUS_SESSION_BUS_ADDRESS");
   restricted_address = g_getenv ("DBUS_MCAST_TEST_RESTRICTED_ADDRESS");
+  limited_address = g_getenv ("DBUS_MCAST_TEST_LIMITED_ADDRESS");
   activatable_name = g_getenv ("DBUS_MCAST_TEST_ACTIVATABLE");
   if (bus_address == NULL || g_getenv ("DBUS_MCAST_STAGE") == NULL)
     {
@@ -2379,6 +2627,10 @@ main (int    argc,
   for (i = 0; i < G_N_ELEMENTS (triples_stalled); i++)
     ADDF (test_stalled_subscriber, triples_stalled[i], "/isolation/stalled-subscriber/%s",
           triples_stalled[i]);
+  for (i = 0; i < G_N_ELEMENTS (pairs_limits); i++)
+    ADDF (test_limits, pairs_limits[i], "/isolation/limits/%s", pairs_limits[i]);
+  ADD ("/isolation/flushing-pair", test_flushing_pair, NULL);
+  ADD ("/isolation/eavesdropper", test_eavesdropper, NULL);
   ADD ("/monitor/stalled", test_monitor_stalled, NULL);
   for (i = 0; i < G_N_ELEMENTS (kinds); i++)
     ADDF (test_monitor_reading, kinds[i], "/monitor/reading/%s", kinds[i]);

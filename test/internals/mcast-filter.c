@@ -18,6 +18,7 @@
 
 #include <dbus/dbus.h>
 #include <dbus/dbus-match-rule.h>
+#include <dbus/dbus-seqpacket-io.h>
 #include "bus/mcast-filter.h"
 
 #include <glib.h>
@@ -846,6 +847,15 @@ test_daemon (void)
   g_byte_array_set_size (bytes, bytes->len - 1);
   g_assert_true (pair_passes_raw (p, bytes));
   g_assert_true (pair_passes (p, (const guint8 *) "l\4\0\1", 4));
+  /* longer than a packet may be: passed, to disconnect the sender */
+  {
+    guint8 *big = g_malloc0 (DBUS_SEQPACKET_FRAGMENT_SIZE);
+
+    bytes = raw_finish (raw_signal (FALSE, ":1.5", ":1.1"), big,
+                        DBUS_SEQPACKET_FRAGMENT_SIZE);
+    g_assert_true (pair_passes_raw (p, bytes));
+    g_free (big);
+  }
   /* fds for a member: sent straight to the daemon (MSG_DONTROUTE), which
    * routes them */
   raw = raw_signal (FALSE, ":1.5", ":1.1");
@@ -982,6 +992,21 @@ test_member_malformed (void)
   g_assert_false (pair_passes_raw (p, bytes));
   /* shorter than the fixed header */
   g_assert_false (pair_passes (p, (const guint8 *) "l\4\0\1\0\0\0\0", 8));
+  /* valid, but longer than any reader takes (it would be truncated) */
+  {
+    guint8 *big = g_malloc0 (DBUS_SEQPACKET_FRAGMENT_SIZE);
+    guint32 length = DBUS_SEQPACKET_FRAGMENT_SIZE - 5;
+
+    memcpy (big, &length, sizeof (length));
+    memset (big + 4, 'x', length);
+    raw = raw_signal (FALSE, ":1.5", ":1.1");
+    raw_field_string (raw, DBUS_HEADER_FIELD_SIGNATURE, 'g', "s");
+    bytes = raw_finish (raw, big, DBUS_SEQPACKET_FRAGMENT_SIZE);
+    g_assert_true (bytes_valid (bytes->data, bytes->len));
+    g_assert_cmpuint (bytes->len, >, DBUS_SEQPACKET_FRAGMENT_SIZE);
+    g_assert_false (pair_passes_raw (p, bytes));
+    g_free (big);
+  }
 
   pair_free (p);
   bus_mcast_filter_free (filter);
