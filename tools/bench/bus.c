@@ -3,6 +3,7 @@
  * connection.  (make bench)
  *
  *   bench-bus rtt [--address ADDR | --p2p] [--sizes B,...] [--calls C]
+ *                 [--tick | --stalled]
  *   bench-bus signal --address ADDR [--sizes B,...] [--subscribers N,...]
  *                    [--rules R,...] [--messages M] [--window W]
  * common options: --label NAME (first column) --daemon-pid PID --reps R
@@ -12,6 +13,14 @@
  * reply carries back what it sent.  With --p2p there is no bus: the server
  * listens itself (DBusServer) and the client connects to it, the limit any
  * bus can approach.
+ *
+ * rtt --tick: before every call the client also broadcasts a Tick signal
+ * of the same size that no client has a rule for.  rtt --stalled: the same
+ * with one more client on the bus, a process that adds a rule for Tick and
+ * then stops itself (SIGSTOP, as a program held in a debugger): it never
+ * reads what the bus sends it.  The calls should go as fast as with --tick
+ * alone; a bus that makes the caller wait for the stopped client fails the
+ * run when a call times out (CALL_TIMEOUT_MS).
  *
  * signal: N subscriber processes; (N + 1) / 2 of them have a match rule for
  * the benchmark's signal, the others a rule for a signal nobody sends, and
@@ -43,6 +52,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/prctl.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -70,6 +80,7 @@ struct options {
   const char *label;
   const char *address;
   int p2p;
+  int tick, stalled;
   pid_t daemon_pid;
   int reps;
   long sizes[4];
@@ -148,6 +159,18 @@ send_and_unref (DBusConnection *c, DBusMessage *msg)
   if (!dbus_connection_send (c, msg, NULL))
     die ("dbus_connection_send");
   dbus_message_unref (msg);
+}
+
+static void
+add_match (DBusConnection *c, const char *member)
+{
+  DBusError err = DBUS_ERROR_INIT;
+  char rule[256];
+
+  snprintf (rule, sizeof rule, "type='signal',interface='%s',member='%s'", BENCH_IFACE, member);
+  dbus_bus_add_match (c, rule, &err);
+  if (dbus_error_is_set (&err))
+    die_dbus (rule, &err);
 }
 
 /* ---- rtt: method call round trips ---- */
@@ -284,6 +307,89 @@ call_echo (DBusConnection *c, const char *dest, const char *member,
   return ok;
 }
 
+/* An Echo call; with --tick, a Tick signal of the same size goes first. */
+static int
+tick_and_echo (const struct options *o, DBusConnection *c, const char *dest,
+               unsigned char *buf, int size, uint64_t seq)
+{
+  if (o->tick)
+    send_and_unref (c, with_payload (dbus_message_new_signal (BENCH_PATH, BENCH_IFACE, "Tick"),
+                                     buf, size, seq));
+  return call_echo (c, dest, "Echo", buf, size, seq);
+}
+
+/* rtt --stalled: the subscriber that stopped itself, 0 when none. */
+static pid_t stalled_pid;
+
+/* The stalled subscriber: a rule for Tick, then it says so on @ready_fd
+ * and stops for good (a SIGCONT only stops it again), never reading. */
+static void
+subscribe_and_stop (const char *address, int ready_fd, pid_t parent)
+{
+  DBusConnection *c;
+
+  /* Nothing else would end a stopped process, and it holds the driver's
+   * end of stdout open: it dies with the benchmark, however that ends. */
+  if (prctl (PR_SET_PDEATHSIG, SIGKILL) < 0 || getppid () != parent)
+    _exit (2);
+  c = open_connection (address, 1);
+  add_match (c, "Tick");
+  if (write (ready_fd, "r", 1) != 1)
+    die ("write(ready)");
+  close (ready_fd);
+  for (;;)
+    raise (SIGSTOP);
+}
+
+/* Fork the stalled subscriber; return once it has its rule and stopped. */
+static void
+start_stalled (const char *address)
+{
+  pid_t parent = getpid ();
+  int ready[2], status;
+  char ch;
+
+  if (pipe (ready) < 0)
+    die ("pipe");
+  stalled_pid = fork ();
+  if (stalled_pid < 0)
+    die ("fork");
+  if (stalled_pid == 0)
+    {
+      close (ready[0]);
+      subscribe_and_stop (address, ready[1], parent);
+      _exit (0);
+    }
+  close (ready[1]);
+  if (read (ready[0], &ch, 1) != 1)
+    {
+      fprintf (stderr, "bench-bus: the stalled subscriber did not start\n");
+      exit (2);
+    }
+  close (ready[0]);
+  if (waitpid (stalled_pid, &status, WUNTRACED) != stalled_pid)
+    die ("waitpid");
+  if (!WIFSTOPPED (status))
+    {
+      stalled_pid = 0;
+      fprintf (stderr, "bench-bus: the stalled subscriber ended instead of stopping\n");
+      exit (2);
+    }
+}
+
+/* Kill and reap the stalled subscriber, if any: after each run, and at
+ * exit when a run fails. */
+static void
+kill_stalled (void)
+{
+  if (stalled_pid > 0)
+    {
+      kill (stalled_pid, SIGKILL);
+      waitpid (stalled_pid, NULL, 0);
+    }
+  stalled_pid = 0;
+}
+
 static int
 rtt_run (const struct options *o, int size, int rep)
 {
@@ -322,12 +428,16 @@ rtt_run (const struct options *o, int size, int rep)
       exit (2);
     }
 
+  /* After the server: a server forked later would inherit stalled_pid, and
+   * kill the subscriber if it exited through die(). */
+  if (o->stalled)
+    start_stalled (o->address);
   c = open_connection (address, !o->p2p);
   lat = calloc (o->calls, sizeof *lat);
   if (!lat)
     die ("calloc");
   for (i = 0; i < warmup; i++)
-    bad += !call_echo (c, dest, "Echo", buf, size, i);
+    bad += !tick_and_echo (o, c, dest, buf, size, i);
 
   daemon_cpu = process_cpu_ns (o->daemon_pid);
   busy = system_busy_ns ();
@@ -336,7 +446,7 @@ rtt_run (const struct options *o, int size, int rep)
     {
       int64_t start = clock_ns (CLOCK_MONOTONIC);
 
-      bad += !call_echo (c, dest, "Echo", buf, size, i);
+      bad += !tick_and_echo (o, c, dest, buf, size, i);
       lat[i] = clock_ns (CLOCK_MONOTONIC) - start;
     }
   wall = clock_ns (CLOCK_MONOTONIC) - t0;
@@ -346,6 +456,7 @@ rtt_run (const struct options *o, int size, int rep)
   bad += !call_echo (c, dest, "Quit", buf, size, 0);
   close_connection (c);
   waitpid (server, NULL, 0);
+  kill_stalled ();
 
   printf ("%s\t%d\t%d\t%ld\t%ld\t%lld\t%.0f\t%lld\t%lld\t%.0f\t%.0f\n",
           o->label, size, rep, o->calls, bad, (long long) wall, o->calls * 1e9 / wall,
@@ -439,18 +550,6 @@ on_signal (DBusConnection *c, DBusMessage *msg, void *data)
     }
   publish (s, seq + 1);
   return DBUS_HANDLER_RESULT_HANDLED;
-}
-
-static void
-add_match (DBusConnection *c, const char *member)
-{
-  DBusError err = DBUS_ERROR_INIT;
-  char rule[256];
-
-  snprintf (rule, sizeof rule, "type='signal',interface='%s',member='%s'", BENCH_IFACE, member);
-  dbus_bus_add_match (c, rule, &err);
-  if (dbus_error_is_set (&err))
-    die_dbus (rule, &err);
 }
 
 /* A subscriber process: its rules, then receive until Done. */
@@ -650,6 +749,7 @@ usage (void)
 {
   fprintf (stderr,
            "usage: bench-bus rtt [--address ADDR | --p2p] [--sizes B,...] [--calls C]\n"
+           "                 [--tick | --stalled]\n"
            "       bench-bus signal --address ADDR [--sizes B,...] [--subscribers N,...]\n"
            "                 [--rules R,...] [--messages M] [--window W]\n"
            "       common: [--label NAME] [--daemon-pid PID] [--reps R]\n");
@@ -674,6 +774,12 @@ main (int argc, char **argv)
       if (!strcmp (argv[i], "--p2p"))
         {
           o.p2p = 1;
+          continue;
+        }
+      if (!strcmp (argv[i], "--tick") || !strcmp (argv[i], "--stalled"))
+        {
+          o.tick = 1;
+          o.stalled |= !strcmp (argv[i], "--stalled");
           continue;
         }
       if (i + 1 >= argc)
@@ -701,8 +807,8 @@ main (int argc, char **argv)
       else
         usage ();
     }
-  if ((!o.address && !(rtt && o.p2p)) || (o.p2p && !rtt) || o.calls < 1 || o.messages < 1
-      || o.window < 1)
+  if ((!o.address && !(rtt && o.p2p)) || (o.p2p && !rtt) || (o.tick && !rtt)
+      || (o.stalled && o.p2p) || o.calls < 1 || o.messages < 1 || o.window < 1)
     usage ();
   for (s = 0; s < o.n_sizes; s++)
     if (o.sizes[s] < 16 || o.sizes[s] > MAX_SIZE)
@@ -711,6 +817,7 @@ main (int argc, char **argv)
         return 2;
       }
   signal (SIGPIPE, SIG_IGN);
+  atexit (kill_stalled);
 
   if (rtt)
     printf ("#bus\tsize\trep\tcalls\tbad\twall_ns\tcalls_per_s\tmedian_ns\tp99_ns"
