@@ -9,7 +9,7 @@
  * receiving or eavesdropping, and everything is allowed by default
  * (bus_policy_can_be_filtered(), bus/policy.c).  At Hello, a client that
  * agreed gets, in this order, its kernel sender id, its peer filter, the
- * daemon's socket filter on its connection, and admission with
+ * daemon's copy filter on its connection, and admission with
  * UNIX_MREQ_SEND_TO_PEER and UNIX_MREQ_DIVERT_WHEN_FULL, all before the
  * Hello reply is queued (doc/design.md, "Promotion"): a member that stops
  * reading then holds nobody back, and what it misses meanwhile reaches it

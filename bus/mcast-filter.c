@@ -362,7 +362,7 @@ emit_header_walk (BusMcastBpf *bpf,
                   int          walked)
 {
   /* UNIX_FDS: the kernel never lets fds through the group, so a message
-   * that declares some came straight to the daemon with MSG_DONTROUTE,
+   * that declares some came straight to the daemon with SCM_UNIX_DIRECT,
    * or is bogus: it goes where malformed packets go, to the daemon and
    * never to a member. */
   static const struct

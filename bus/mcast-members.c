@@ -40,7 +40,7 @@ typedef struct
   DBusList *names;             /**< during a flush: the names it owns */
   dbus_bool_t stale;           /**< member: its peer filter must be compiled again */
   BusMcastProgram peer_filter; /**< member: the program installed */
-  BusMcastProgram own_filter;  /**< member: the daemon's program on its socket */
+  BusMcastProgram copy_filter; /**< member: the daemon's program for its copies */
 } BusMcastConnection;
 
 struct BusMcastMembers
@@ -51,7 +51,7 @@ struct BusMcastMembers
   int n_classic_monitors;      /**< monitors the daemon must copy everything to */
   dbus_bool_t dirty;           /**< some filter may be out of date */
   dbus_bool_t daemon_stale;    /**< daemon_program must be compiled again */
-  BusMcastProgram daemon_program; /**< what every member's own_filter should be */
+  BusMcastProgram daemon_program; /**< what every member's copy_filter should be */
 };
 
 static dbus_int32_t connection_slot = -1;
@@ -91,7 +91,7 @@ mcast_connection_free (void *data)
   _dbus_list_clear_full (&mc->rules, (DBusFreeFunction) _dbus_match_rule_unref);
   _dbus_list_clear (&mc->names);
   bus_mcast_program_clear (&mc->peer_filter);
-  bus_mcast_program_clear (&mc->own_filter);
+  bus_mcast_program_clear (&mc->copy_filter);
   dbus_free (mc);
 }
 
@@ -449,8 +449,11 @@ update_member (BusMcastMembers       *members,
       mc->stale = FALSE;
     }
 
-  return set_program (mc->connection, SOL_SOCKET, SO_ATTACH_FILTER,
-                      daemon_program, &mc->own_filter, error);
+  /* Group copies only: what the member sends to the daemon alone is
+   * never filtered, so a continuation fragment that looks like a bad
+   * header cannot be dropped */
+  return set_program (mc->connection, SOL_UNIX, UNIX_COPY_FILTER,
+                      daemon_program, &mc->copy_filter, error);
 #else
   /* Unreachable: without the UAPI nobody is admitted (mcast-admission.c) */
   dbus_set_error_const (error, DBUS_ERROR_NOT_SUPPORTED,
@@ -549,7 +552,7 @@ bus_mcast_members_add (BusMcastMembers *members,
 
   /* Its filters must be in place before it is admitted. */
   bus_mcast_members_flush (members);
-  if (mc->peer_filter.insns == NULL || mc->own_filter.insns == NULL)
+  if (mc->peer_filter.insns == NULL || mc->copy_filter.insns == NULL)
     {
       dbus_set_error (error, DBUS_ERROR_FAILED,
                       "Could not install the kernel filters of %s",

@@ -4,8 +4,8 @@
  *
  * What this module is for: once a client is a member (bus/mcast-admission.h)
  * the kernel delivers to it what its peer filter passes, and delivers to
- * dbus-daemon what the daemon's socket filter on the member's connection
- * passes (doc/design.md).  Both programs are functions of the bus state:
+ * dbus-daemon what the daemon's copy filter (UNIX_COPY_FILTER) on the
+ * member's connection passes (doc/design.md).  Both programs are functions of the bus state:
  * who owns which name, and every connection's match rules (classic
  * clients' rules decide which broadcasts the daemon must see).  This
  * module keeps that state per connection, marks the programs a change

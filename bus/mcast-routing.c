@@ -194,7 +194,7 @@ bus_mcast_routing_received (BusMcastRouting *routing,
   if (!bus_mcast_members_is_member (sender))
     return TRUE;
 
-  /* The sender's libdbus sends with MSG_DONTROUTE exactly the messages
+  /* The sender's libdbus sends with SCM_UNIX_DIRECT exactly the messages
    * the group cannot carry.  A member that sends anything else that way
    * only has it routed as if it came from the group: to non-members.
    * A message with header fields the daemon does not know reached no

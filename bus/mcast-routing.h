@@ -4,8 +4,8 @@
  *
  * What this module is for: a message the daemon reads from a member came
  * either from the group (a copy, UNIX_MREQ_SEND_TO_PEER, that the daemon's
- * socket filter let through because the daemon has a part in it) or
- * straight to the daemon with MSG_DONTROUTE (it carries fds, or spans
+ * copy filter let through because the daemon has a part in it) or
+ * straight to the daemon with SCM_UNIX_DIRECT (it carries fds, or spans
  * several packets).  The kernel already delivered a group message to every
  * member whose filter wanted it, monitors included, so the daemon routes
  * it only to everyone else: the bus driver, classic clients, activation,

@@ -63,7 +63,7 @@ struct DBusMcastMember
   dbus_uint32_t fence_serial;    /**< serial the Routed fence waits for,
                                   *   0 while the Hello fence is up */
   dbus_uint32_t prepared_serial; /**< message being written */
-  dbus_bool_t prepared_dontroute; /**< it goes to the daemon alone */
+  dbus_bool_t prepared_direct; /**< it goes to the daemon alone */
   dbus_bool_t prepared_fence;    /**< writing stops after it */
   DBusHashTable *pending;        /**< serial -> PendingCall */
   DBusList *rules;               /**< DBusMatchRule of successful AddMatch */
@@ -324,7 +324,7 @@ _dbus_mcast_member_prepare (DBusMcastMember *member,
   if (serial == member->prepared_serial)
     return TRUE; /* a retry after EAGAIN or no memory */
 
-  member->prepared_dontroute = FALSE;
+  member->prepared_direct = FALSE;
   member->prepared_fence = FALSE;
 
   switch (member->state)
@@ -374,7 +374,7 @@ _dbus_mcast_member_prepare (DBusMcastMember *member,
                _dbus_string_get_length (&message->body);
       if (n_fds > 0 || length > DBUS_SEQPACKET_FRAGMENT_SIZE)
         {
-          member->prepared_dontroute = TRUE;
+          member->prepared_direct = TRUE;
           member->prepared_fence = TRUE;
         }
       break;
@@ -394,15 +394,16 @@ _dbus_mcast_member_prepare (DBusMcastMember *member,
 }
 
 /**
- * The sendmsg() flags for every packet of the prepared message.
+ * Whether every packet of the prepared message goes to the daemon alone
+ * (SCM_UNIX_DIRECT).
  *
  * @param member the state
- * @returns MSG_DONTROUTE for a message that goes to the daemon alone, or 0
+ * @returns #TRUE for a message the group must not see
  */
-int
-_dbus_mcast_member_send_flags (DBusMcastMember *member)
+dbus_bool_t
+_dbus_mcast_member_is_direct (DBusMcastMember *member)
 {
-  return member->prepared_dontroute ? MSG_DONTROUTE : 0;
+  return member->prepared_direct;
 }
 
 /**

@@ -10,7 +10,7 @@
  *    nothing is written after it until its reply has been read (the Hello
  *    fence); once a member, the connection's unique name goes into SENDER,
  *    messages with unix fds or longer than one packet go to the daemon
- *    alone (MSG_DONTROUTE), and nothing is written after such a message
+ *    alone (SCM_UNIX_DIRECT), and nothing is written after such a message
  *    until the daemon's org.freedesktop.DBus.Mcast.Routed signal for it
  *    has been read (the fence), so per-sender order holds across both
  *    paths;
@@ -65,7 +65,7 @@ dbus_bool_t _dbus_mcast_member_may_write  (DBusMcastMember *member);
 dbus_bool_t _dbus_mcast_member_waits_for_hello (DBusMcastMember *member);
 dbus_bool_t _dbus_mcast_member_prepare    (DBusMcastMember *member,
                                            DBusMessage     *message);
-int         _dbus_mcast_member_send_flags (DBusMcastMember *member);
+dbus_bool_t _dbus_mcast_member_is_direct  (DBusMcastMember *member);
 void        _dbus_mcast_member_sent       (DBusMcastMember *member);
 
 DBusMcastVerdict _dbus_mcast_member_from_daemon (DBusMcastMember  *member,

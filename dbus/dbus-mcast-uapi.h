@@ -3,8 +3,9 @@
  *
  * What this module is for: one place that includes the multicast UAPI of
  * the patched kernel (<linux/un.h>: SOL_UNIX, UNIX_CREATE_GROUP,
- * UNIX_PASSID, SCM_UNIX_SENDER_ID, SCM_UNIX_DELIVERY, UNIX_PEER_RESUME,
- * UNIX_PEER_DIVERT, UNIX_PEER_DIVERT_SEQ, struct unix_mreq) and tells the rest of
+ * UNIX_PASSID, SCM_UNIX_SENDER_ID, SCM_UNIX_DELIVERY, SCM_UNIX_DIRECT,
+ * UNIX_PEER_RESUME, UNIX_PEER_DIVERT, UNIX_PEER_DIVERT_SEQ, UNIX_COPY_FILTER,
+ * struct unix_mreq) and tells the rest of
  * libdbus whether it is there.  The kernel header is the single source of
  * truth for the numbers; libdbus keeps no copy of them.  tools/build/dbus
  * puts the patched kernel's exported headers (build/kernel-headers) on the
@@ -29,7 +30,8 @@
 #if defined (SOL_UNIX) && defined (UNIX_CREATE_GROUP) && \
     defined (UNIX_PASSID) && defined (SCM_UNIX_SENDER_ID) && \
     defined (SCM_UNIX_DELIVERY) && defined (UNIX_PEER_RESUME) && \
-    defined (UNIX_PEER_DIVERT_SEQ)
+    defined (UNIX_PEER_DIVERT_SEQ) && defined (SCM_UNIX_DIRECT) && \
+    defined (UNIX_COPY_FILTER)
 #define DBUS_HAVE_MCAST_UAPI 1
 #endif
 

@@ -55,6 +55,9 @@ struct DBusSeqpacketFraming
   /** The daemon's end: the kernel sender id the message being written
    * goes out under (a diverted copy written back), or 0 */
   dbus_uint64_t forward_id;
+  /** The last write found the socket full (EAGAIN): nothing is written
+   * before poll() says it is writable again */
+  dbus_bool_t write_blocked;
 };
 
 /* The message data slot holding a DBusSeqpacketDiverted */
@@ -171,6 +174,32 @@ _dbus_seqpacket_may_write (DBusSeqpacketFraming *framing)
 {
   return framing->member == NULL ||
          _dbus_mcast_member_may_write (framing->member);
+}
+
+/**
+ * Whether the last write found the socket full.  A send then waits for
+ * poll() to report the socket writable (the main loop's write watch, a
+ * blocking flush) instead of trying again at once: on a busy bus that
+ * would cost one failed system call per message queued.
+ *
+ * @param framing the connection's state
+ * @returns #TRUE until _dbus_seqpacket_writable() is called
+ */
+dbus_bool_t
+_dbus_seqpacket_write_blocked (DBusSeqpacketFraming *framing)
+{
+  return framing->write_blocked;
+}
+
+/**
+ * Called when poll() reported the socket writable.
+ *
+ * @param framing the connection's state
+ */
+void
+_dbus_seqpacket_writable (DBusSeqpacketFraming *framing)
+{
+  framing->write_blocked = FALSE;
 }
 
 /**
@@ -902,7 +931,7 @@ _dbus_seqpacket_take_checked_message (DBusSeqpacketFraming *framing)
  * that size (or the rest).  Unix fds go with the first packet.  The write
  * is atomic: either the whole packet is sent or nothing (-1, EAGAIN).
  * _dbus_seqpacket_prepare_message() must have been called for the
- * message (a member may send it to the daemon alone, MSG_DONTROUTE).
+ * message (a member may send it to the daemon alone, SCM_UNIX_DIRECT).
  *
  * @param framing the connection's state
  * @param fd the socket
@@ -933,7 +962,7 @@ _dbus_seqpacket_write_message (DBusSeqpacketFraming *framing,
   ssize_t bytes;
   int saved_errno;
   dbus_bool_t raised_sndbuf = FALSE;
-  int flags = MSG_NOSIGNAL;
+  dbus_bool_t direct = FALSE;
 
   _dbus_assert (done < header_len + body_len);
 
@@ -970,6 +999,11 @@ _dbus_seqpacket_write_message (DBusSeqpacketFraming *framing,
 #ifdef DBUS_HAVE_MCAST_UAPI
   if (framing->forward_id != 0)
     m.msg_controllen += CMSG_SPACE (sizeof (framing->forward_id));
+  /* Every fragment: a continuation must not reach the group either */
+  direct = framing->member != NULL &&
+           _dbus_mcast_member_is_direct (framing->member);
+  if (direct)
+    m.msg_controllen += CMSG_SPACE (0);
 #endif
 
   if (m.msg_controllen > 0)
@@ -1001,15 +1035,19 @@ _dbus_seqpacket_write_message (DBusSeqpacketFraming *framing,
           cm->cmsg_len = CMSG_LEN (sizeof (framing->forward_id));
           memcpy (CMSG_DATA (cm), &framing->forward_id,
                   sizeof (framing->forward_id));
+          cm = CMSG_NXTHDR (&m, cm);
+        }
+      if (direct)
+        {
+          cm->cmsg_level = SOL_UNIX;
+          cm->cmsg_type = SCM_UNIX_DIRECT;
+          cm->cmsg_len = CMSG_LEN (0);
         }
 #endif
     }
 
-  if (framing->member != NULL)
-    flags |= _dbus_mcast_member_send_flags (framing->member);
-
  again:
-  bytes = sendmsg (fd.fd, &m, flags);
+  bytes = sendmsg (fd.fd, &m, MSG_NOSIGNAL);
   if (bytes < 0 && errno == EINTR)
     goto again;
 
@@ -1027,6 +1065,8 @@ _dbus_seqpacket_write_message (DBusSeqpacketFraming *framing,
 
   saved_errno = errno;
   dbus_free (control);
+  framing->write_blocked = bytes < 0 && (saved_errno == EAGAIN ||
+                                         saved_errno == EWOULDBLOCK);
 
   if (bytes >= 0 && bytes != want)
     {

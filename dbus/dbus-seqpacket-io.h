@@ -81,6 +81,8 @@ dbus_bool_t           _dbus_seqpacket_framing_start (DBusSeqpacketFraming *frami
                                                      dbus_bool_t           multicast,
                                                      DBusError            *error);
 dbus_bool_t           _dbus_seqpacket_may_write     (DBusSeqpacketFraming *framing);
+dbus_bool_t           _dbus_seqpacket_write_blocked (DBusSeqpacketFraming *framing);
+void                  _dbus_seqpacket_writable      (DBusSeqpacketFraming *framing);
 dbus_bool_t           _dbus_seqpacket_prepare_message (DBusSeqpacketFraming *framing,
                                                        DBusMessage          *message);
 

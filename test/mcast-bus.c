@@ -1279,6 +1279,108 @@ test_large (gconstpointer data)
   peer_free (receiver);
 }
 
+/* A member's message longer than one packet goes to the daemon alone, in
+ * fragments.  Here every full fragment after the first is, byte for byte,
+ * a whole call to the receiver, which the daemon's filter refuses from
+ * the group (a member's name): only copies from the group may be
+ * filtered, or the daemon reassembles a message with holes and an honest
+ * sender is disconnected for bytes it only carried. */
+static void
+test_large_lookalike (gconstpointer data)
+{
+  PeerKind kinds[2];
+  Peer *sender, *receiver;
+  DBusMessage *m, *fake;
+  guchar *payload, *filler;
+  const guchar *got;
+  char *bytes, *fake_bytes;
+  int len, fake_len, n;
+  guint64 straight = 0;
+  gboolean promoted;
+  dbus_uint32_t body_len, seq = 9;
+  gsize header_len, at;
+  DBusMessageIter iter, array;
+
+  g_assert_cmpuint (parse_kinds (data, kinds, 2), ==, 2);
+  sender = peer_new (kinds[0]);
+  receiver = peer_new (kinds[1]);
+  promoted = kinds[0] == PEER_MEMBER && kernel_has_mcast ();
+  if (promoted)
+    straight = get_stat (sender, "MulticastStraightDispatched");
+
+  /* The lookalike fills a packet exactly, as a genuine group message
+   * would: a call whose byte array makes it DBUS_SEQPACKET_FRAGMENT_SIZE
+   * long */
+  filler = g_malloc0 (DBUS_SEQPACKET_FRAGMENT_SIZE);
+  n = 0;
+  do
+    {
+      fake = dbus_message_new_method_call (receiver->name, TEST_PATH, TEST_IFACE, "Fake");
+      dbus_message_set_sender (fake, sender->name);
+      dbus_message_set_serial (fake, 1);
+      g_assert_true (dbus_message_append_args (fake, DBUS_TYPE_ARRAY, DBUS_TYPE_BYTE,
+                                               &filler, n, DBUS_TYPE_INVALID));
+      g_assert_true (dbus_message_marshal (fake, &fake_bytes, &fake_len));
+      dbus_message_unref (fake);
+      if (fake_len != DBUS_SEQPACKET_FRAGMENT_SIZE)
+        {
+          n += DBUS_SEQPACKET_FRAGMENT_SIZE - fake_len;
+          dbus_free (fake_bytes);
+        }
+    }
+  while (fake_len != DBUS_SEQPACKET_FRAGMENT_SIZE);
+  g_free (filler);
+
+  /* Where the payload starts once the message is on the wire, with the
+   * SENDER the member's libdbus writes */
+  payload = g_malloc0 (LARGE_SIZE);
+  m = dbus_message_new_signal (TEST_PATH, TEST_IFACE, "Item");
+  dbus_message_set_destination (m, receiver->name);
+  dbus_message_set_sender (m, sender->name);
+  dbus_message_set_serial (m, 1);
+  g_assert_true (dbus_message_append_args (m, DBUS_TYPE_UINT32, &seq,
+                                           DBUS_TYPE_ARRAY, DBUS_TYPE_BYTE, &payload,
+                                           LARGE_SIZE, DBUS_TYPE_INVALID));
+  g_assert_true (dbus_message_marshal (m, &bytes, &len));
+  memcpy (&body_len, bytes + 4, sizeof (body_len));
+  header_len = len - body_len;
+  dbus_free (bytes);
+  dbus_message_unref (m);
+
+  /* uint32 seq, then the array's length: the bytes start 8 into the body */
+  for (at = DBUS_SEQPACKET_FRAGMENT_SIZE;
+       at + fake_len <= header_len + 8 + LARGE_SIZE;
+       at += DBUS_SEQPACKET_FRAGMENT_SIZE)
+    memcpy (payload + at - header_len - 8, fake_bytes, fake_len);
+  dbus_free (fake_bytes);
+
+  m = dbus_message_new_signal (TEST_PATH, TEST_IFACE, "Item");
+  dbus_message_set_destination (m, receiver->name);
+  g_assert_true (dbus_message_append_args (m, DBUS_TYPE_UINT32, &seq,
+                                           DBUS_TYPE_ARRAY, DBUS_TYPE_BYTE, &payload,
+                                           LARGE_SIZE, DBUS_TYPE_INVALID));
+  peer_send (sender, m);
+  dbus_message_unref (m);
+
+  m = peer_wait (receiver, is_item, NULL);
+  g_assert_cmpstr (dbus_message_get_sender (m), ==, sender->name);
+  g_assert_true (dbus_message_iter_init (m, &iter));
+  g_assert_true (dbus_message_iter_next (&iter));
+  dbus_message_iter_recurse (&iter, &array);
+  dbus_message_iter_get_fixed_array (&array, &got, &n);
+  g_assert_cmpint (n, ==, LARGE_SIZE);
+  g_assert_true (memcmp (got, payload, LARGE_SIZE) == 0);
+  dbus_message_unref (m);
+  g_free (payload);
+
+  /* It went the daemon's way, and the sender is still connected */
+  if (promoted)
+    g_assert_cmpuint (get_stat (sender, "MulticastStraightDispatched"), >, straight);
+  echo_roundtrip (sender, receiver, "after a lookalike fragment");
+  peer_free (sender);
+  peer_free (receiver);
+}
+
 #define ORDER_ITEMS 60
 
 /* Items that take the daemon path (fds, over one fragment) interleaved
@@ -2647,6 +2749,8 @@ main (int    argc,
   for (i = 0; i < G_N_ELEMENTS (triples_privacy); i++)
     ADDF (test_unicast_privacy, triples_privacy[i], "/security/unicast-privacy/%s",
           triples_privacy[i]);
+  ADD ("/large/lookalike/member-member", test_large_lookalike, "member-member");
+  ADD ("/large/lookalike/member-classic", test_large_lookalike, "member-classic");
   ADD ("/security/raw/promotion", test_raw_promotion, NULL);
   for (i = 0; i < G_N_ELEMENTS (kinds); i++)
     {

@@ -32,12 +32,26 @@
 #include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/types.h>
 #include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #define TIMEOUT_US (60 * G_USEC_PER_SEC)
+
+/* Every sendmsg() of this process, libdbus's included, goes through this
+ * definition: /seqpacket/write-blocked counts them. */
+static volatile gint n_sendmsg;
+
+ssize_t
+sendmsg (int                  fd,
+         const struct msghdr *msg,
+         int                  flags)
+{
+  g_atomic_int_inc (&n_sendmsg);
+  return syscall (SYS_sendmsg, fd, msg, flags);
+}
 #define TEST_IFACE "org.dbusmcast.Test"
 #define TEST_PATH "/org/dbusmcast/Test"
 
@@ -515,6 +529,63 @@ test_signals (Fixture *f, gconstpointer data)
       g_assert_true (dbus_message_get_args (got, NULL, DBUS_TYPE_UINT32, &v,
                                             DBUS_TYPE_INVALID));
       g_assert_cmpuint (v, ==, (dbus_uint32_t) i);
+      dbus_message_unref (got);
+    }
+
+  disconnect_bus (seq);
+  disconnect_bus (stream);
+}
+
+/* A sender whose socket is full (dbus-daemon stopped) queues what it
+ * sends without trying to write each message again, and once the daemon
+ * reads again, everything arrives in order. */
+static void
+test_write_blocked (Fixture *f, gconstpointer data)
+{
+  DBusConnection *seq = connect_bus (f->seq_address);
+  DBusConnection *stream = connect_bus (f->stream_address);
+  gint64 deadline = g_get_monotonic_time () + TIMEOUT_US;
+  guint sent = 0, i, before;
+
+  add_match (stream, "type='signal',interface='" TEST_IFACE "'");
+  g_assert_cmpint (kill (f->daemon_pid, SIGSTOP), ==, 0);
+
+  /* Until a write fails and the message stays queued */
+  while (!dbus_connection_has_messages_to_send (seq))
+    {
+      DBusMessage *sig = dbus_message_new_signal (TEST_PATH, TEST_IFACE, "Seq");
+
+      g_assert_cmpint (g_get_monotonic_time (), <, deadline);
+      g_assert_true (dbus_message_append_args (sig, DBUS_TYPE_UINT32, &sent,
+                                               DBUS_TYPE_INVALID));
+      g_assert_true (dbus_connection_send (seq, sig, NULL));
+      dbus_message_unref (sig);
+      sent++;
+    }
+
+  before = g_atomic_int_get (&n_sendmsg);
+  for (i = 0; i < 100; i++, sent++)
+    {
+      DBusMessage *sig = dbus_message_new_signal (TEST_PATH, TEST_IFACE, "Seq");
+
+      g_assert_true (dbus_message_append_args (sig, DBUS_TYPE_UINT32, &sent,
+                                               DBUS_TYPE_INVALID));
+      g_assert_true (dbus_connection_send (seq, sig, NULL));
+      dbus_message_unref (sig);
+    }
+  g_assert_cmpint (g_atomic_int_get (&n_sendmsg), ==, before);
+
+  g_assert_cmpint (kill (f->daemon_pid, SIGCONT), ==, 0);
+  dbus_connection_flush (seq);
+  g_assert_false (dbus_connection_has_messages_to_send (seq));
+  for (i = 0; i < sent; i++)
+    {
+      DBusMessage *got = wait_for_message (stream, is_signal, "Seq");
+      dbus_uint32_t v = 0;
+
+      g_assert_true (dbus_message_get_args (got, NULL, DBUS_TYPE_UINT32, &v,
+                                            DBUS_TYPE_INVALID));
+      g_assert_cmpuint (v, ==, i);
       dbus_message_unref (got);
     }
 
@@ -1729,6 +1800,7 @@ main (int argc, char **argv)
   ADD ("/seqpacket/hello", test_hello, NULL);
   ADD ("/seqpacket/method-call", test_method_call, NULL);
   ADD ("/seqpacket/signals", test_signals, NULL);
+  ADD ("/seqpacket/write-blocked", test_write_blocked, NULL);
   ADD ("/seqpacket/fd-passing", test_fd_passing, NULL);
   ADD ("/seqpacket/large/fragment-boundaries", test_fragment_boundaries, NULL);
   ADD ("/seqpacket/large/64mib", test_large_64mib, NULL);

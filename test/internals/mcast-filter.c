@@ -856,7 +856,7 @@ test_daemon (void)
     g_assert_true (pair_passes_raw (p, bytes));
     g_free (big);
   }
-  /* fds for a member: sent straight to the daemon (MSG_DONTROUTE), which
+  /* fds for a member: sent straight to the daemon (SCM_UNIX_DIRECT), which
    * routes them */
   raw = raw_signal (FALSE, ":1.5", ":1.1");
   raw_field_u32 (raw, DBUS_HEADER_FIELD_UNIX_FDS, 'u', 1);
