@@ -177,28 +177,37 @@ held_written (void *data)
 
 /* Sends the parked copies whose preceding diverted copies are all
  * queued now */
+/* Takes the first parked copy of @member off its list: sends it with its
+ * preallocated send if @send, else frees that send */
+static void
+unpark (Member      *member,
+        dbus_bool_t  send)
+{
+  DBusList *link = _dbus_list_get_first_link (&member->parked);
+  Held *held = link->data;
+  DBusMessage *copy = held->copy;
+
+  _dbus_list_unlink (&member->parked, link);
+  held->link = link;
+  held->copy = NULL;
+  if (send)
+    dbus_connection_send_preallocated (member->connection,
+                                       held->preallocated, copy, NULL);
+  else
+    dbus_connection_free_preallocated_send (member->connection,
+                                            held->preallocated);
+  held->preallocated = NULL;
+  /* may free held */
+  dbus_message_unref (copy);
+}
+
 static void
 send_parked (Member *member)
 {
-  DBusList *link;
-
-  while ((link = _dbus_list_get_first_link (&member->parked)) != NULL)
-    {
-      Held *held = link->data;
-      DBusMessage *copy = held->copy;
-
-      if (!seq_reached (member->last_seq, held->after))
-        break;
-
-      _dbus_list_unlink (&member->parked, link);
-      held->link = link;
-      held->copy = NULL;
-      dbus_connection_send_preallocated (member->connection,
-                                         held->preallocated, copy, NULL);
-      held->preallocated = NULL;
-      /* may free held */
-      dbus_message_unref (copy);
-    }
+  while (member->parked != NULL &&
+         seq_reached (member->last_seq,
+                      ((Held *) member->parked->data)->after))
+    unpark (member, TRUE);
 }
 
 #ifdef DBUS_HAVE_MCAST_UAPI
@@ -558,24 +567,12 @@ bus_mcast_spill_disconnected (BusMcastSpill  *spill,
                               DBusConnection *connection)
 {
   Member *member = dbus_connection_get_data (connection, member_slot);
-  DBusList *link;
 
   if (member == NULL)
     return;
 
-  while ((link = _dbus_list_get_first_link (&member->parked)) != NULL)
-    {
-      Held *held = link->data;
-      DBusMessage *copy = held->copy;
-
-      _dbus_list_unlink (&member->parked, link);
-      held->link = link;
-      held->copy = NULL;
-      dbus_connection_free_preallocated_send (connection, held->preallocated);
-      held->preallocated = NULL;
-      /* may free held */
-      dbus_message_unref (copy);
-    }
+  while (member->parked != NULL)
+    unpark (member, FALSE);
 }
 
 void

@@ -1444,6 +1444,10 @@ test_order (gconstpointer data)
 /* ---- isolation: nobody waits for a client that stops reading ------------ */
 
 #define STALLED_SIGNALS 300
+/* Each carries this much: together more than a member's budget in the
+ * kernel (at most net.core.rmem_max, 208 KiB by default), so the kernel
+ * diverts the subscriber's copies */
+#define STALLED_SIZE 2048
 /* The last of them is longer than a packet: the daemon routes it */
 #define STALLED_LARGE_SIZE 100000
 
@@ -1464,6 +1468,7 @@ test_stalled_subscriber (gconstpointer data)
   gboolean diverts;
   guint64 diverted = 0, resumes = 0, holds = 0;
   gchar *large = g_strnfill (STALLED_LARGE_SIZE, 'l');
+  gchar *filler = g_strnfill (STALLED_SIZE, 's');
   DBusMessage *m;
   gchar *rule;
   guint i;
@@ -1488,7 +1493,7 @@ test_stalled_subscriber (gconstpointer data)
   for (i = 0; i < STALLED_SIGNALS; i++)
     {
       m = new_signal (TEST_PATH, TEST_IFACE, "Tick",
-                      i == STALLED_SIGNALS - 1 ? large : "stalled", i);
+                      i == STALLED_SIGNALS - 1 ? large : filler, i);
       peer_send (emitter, m);
       dbus_message_unref (m);
     }
@@ -1525,6 +1530,7 @@ test_stalled_subscriber (gconstpointer data)
     }
 
   g_free (rule);
+  g_free (filler);
   g_free (large);
   peer_free (callee);
   peer_free (subscriber);

@@ -171,14 +171,12 @@ admit (int fd, guint32 minor, guint32 flags)
 {
   struct sock_filter accept_all[] = { BPF_STMT (BPF_RET | BPF_K, 0xffffffff) };
   struct sock_fprog prog = { 1, accept_all };
-  struct unix_mreq mreq;
+  struct unix_accept_req req = { flags, 0 };
   guint64 id = ((guint64) 1 << 32) | minor;
 
-  memset (&mreq, 0, sizeof (mreq));
-  mreq.flags = flags;
   g_assert_cmpint (setsockopt (fd, SOL_UNIX, UNIX_PEER_ID, &id, sizeof (id)), ==, 0);
   g_assert_cmpint (setsockopt (fd, SOL_UNIX, UNIX_PEER_FILTER, &prog, sizeof (prog)), ==, 0);
-  g_assert_cmpint (setsockopt (fd, SOL_UNIX, UNIX_ACCEPT_GROUP, &mreq, sizeof (mreq)), ==, 0);
+  g_assert_cmpint (setsockopt (fd, SOL_UNIX, UNIX_ACCEPT_GROUP, &req, sizeof (req)), ==, 0);
 }
 
 static void

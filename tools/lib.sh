@@ -67,6 +67,16 @@ unpack_tree ()
   git_in "$dir" tag base
 }
 
+# kernel_series DIR: the patches of the kernel series under DIR, in the
+# order they apply: each series is a directory (1-dgram/, 2-seqpacket/) as
+# git format-patch --cover-letter writes it, and its cover letter carries
+# no diff.
+kernel_series ()
+{
+  ls "$1"/*/[0-9][0-9][0-9][0-9]-*.patch 2>/dev/null |
+    grep -v '/0000-cover-letter\.patch$' || true
+}
+
 # apply_series DIR MESSAGE PATCH...: apply the patches to "base" in a
 # scratch index and check the result out over the current tree as one
 # commit, so files whose content did not change keep their mtime and

@@ -150,7 +150,8 @@ setup_mcast_dgram (struct fanout *f)
 static void
 setup_mcast_seqpacket (struct fanout *f)
 {
-  struct unix_mreq mreq, admit = { .flags = 0 };
+  struct unix_mreq mreq;
+  struct unix_accept_req admit = { .flags = 0 };
   int listener = unix_socket (SOCK_SEQPACKET), i;
 
   group_mreq (&mreq, "seqpacket");

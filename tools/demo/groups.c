@@ -182,7 +182,7 @@ seqpacket_bus_demo (void)
 
   for (i = 0; i < 3; i++)
     {
-      struct unix_mreq admit = { .flags = 0 };
+      struct unix_accept_req admit = { .flags = 0 };
       __u64 id = i + 1;
 
       client[i] = socket (AF_UNIX, SOCK_SEQPACKET, 0);
