@@ -12,10 +12,7 @@
 #include "mcast-admission.h"
 
 #include <errno.h>
-#include <fcntl.h>
-#include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 #include <dbus/dbus-connection-internal.h>
 #include <dbus/dbus-internals.h>
 #include <dbus/dbus-mcast-member.h>
@@ -59,47 +56,21 @@ set_option (int          fd,
   return FALSE;
 }
 
-/* What the system lets one socket hold (net.core.rmem_max), or
- * _DBUS_UINT32_MAX if it cannot be read: the kernel then caps the budget
- * itself, unless the daemon is privileged.  Read with read(): a /proc
- * file has no size for _dbus_file_get_contents() to go by. */
-static dbus_uint32_t
-rmem_max (void)
-{
-  char text[32];
-  unsigned long value;
-  char *end;
-  ssize_t n;
-  int fd;
-
-  fd = open ("/proc/sys/net/core/rmem_max", O_RDONLY | O_CLOEXEC);
-  if (fd < 0)
-    return _DBUS_UINT32_MAX;
-  n = read (fd, text, sizeof (text) - 1);
-  close (fd);
-  if (n <= 0)
-    return _DBUS_UINT32_MAX;
-  text[n] = '\0';
-  errno = 0;
-  value = strtoul (text, &end, 10);
-  if (errno != 0 || end == text || value >= _DBUS_UINT32_MAX)
-    return _DBUS_UINT32_MAX;
-  return (dbus_uint32_t) value;
-}
-
 /* Admits @connection's peer with @flags.  Its budget for group copies in
- * the kernel is the bus's limit for a connection's outgoing queue
- * (max_outgoing_bytes), but never more than the system lets a socket
- * hold, privileged daemon or not; what does not fit is diverted to us and
- * queued within the bus's limit (mcast-spill.h). */
+ * the kernel is what the kernel holds for a client of stock dbus-daemon
+ * that does not read: the daemon's writes wait in its socket's send buffer
+ * (SO_SNDBUF) before its outgoing queue grows towards max_outgoing_bytes.
+ * What does not fit is diverted to us and queued within that limit
+ * (mcast-spill.h), so a member's caller gets LimitsExceeded where a
+ * classic client's would. */
 static dbus_bool_t
 admit (DBusConnection *connection,
        unsigned int    flags,
        DBusError      *error)
 {
-  BusContext *context = bus_connection_get_context (connection);
-  long limit = bus_context_get_max_outgoing_bytes (context);
   struct unix_accept_req req;
+  socklen_t len = sizeof (int);
+  int sndbuf;
   int fd;
 
   if (!dbus_connection_get_socket (connection, &fd))
@@ -109,11 +80,18 @@ admit (DBusConnection *connection,
       return FALSE;
     }
 
+  if (getsockopt (fd, SOL_SOCKET, SO_SNDBUF, &sndbuf, &len) != 0)
+    {
+      dbus_set_error (error, _dbus_error_from_errno (errno),
+                      "Could not read the send buffer size of %s: %s",
+                      bus_connection_get_name (connection),
+                      _dbus_strerror (errno));
+      return FALSE;
+    }
+
   memset (&req, 0, sizeof (req));
   req.flags = flags;
-  req.rcvbuf = rmem_max ();
-  if (limit > 0 && (unsigned long) limit < req.rcvbuf)
-    req.rcvbuf = (dbus_uint32_t) limit;
+  req.rcvbuf = sndbuf > 0 ? (dbus_uint32_t) sndbuf : 0;
   return set_option (fd, UNIX_ACCEPT_GROUP, &req, sizeof (req),
                      "admit the client into the multicast group", error);
 }
