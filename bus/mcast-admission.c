@@ -40,6 +40,15 @@ bus_mcast_admission_configure (BusMcastMembers *members,
 
 #ifdef DBUS_HAVE_MCAST_UAPI
 
+/* How every member is admitted: what it sends to its acceptor comes to us
+ * too, and a member that stops reading holds nobody back, its copies
+ * coming to us instead (mcast-spill.h).  A member that is no monitor also
+ * gets what it sends itself (LOOPBACK): a call to its own name, its own
+ * signal that one of its rules matches, as stock delivers them; its peer
+ * filter decides as for any other copy.  A monitor does not: it may not
+ * send, and stock disconnects it before anyone gets what it sent. */
+#define ADMIT_FLAGS (UNIX_MREQ_SEND_TO_PEER | UNIX_MREQ_DIVERT_WHEN_FULL)
+
 static dbus_bool_t
 set_option (int          fd,
             int          option,
@@ -121,8 +130,7 @@ bus_mcast_admission_admit (BusMcastMembers *members,
                    "set the sender id", error))
     return FALSE;
 
-  /* A member that stops reading holds nobody back: its copies come to us
-   * instead (mcast-spill.h), with their senders' ids */
+  /* Diverted copies come with their senders' ids */
   if (!set_option (fd, UNIX_PASSID, &one, sizeof (one),
                    "receive the sender ids of diverted copies", error))
     return FALSE;
@@ -130,13 +138,36 @@ bus_mcast_admission_admit (BusMcastMembers *members,
   if (!bus_mcast_members_add (members, connection, error))
     return FALSE;
 
-  if (!admit (connection, UNIX_MREQ_SEND_TO_PEER | UNIX_MREQ_DIVERT_WHEN_FULL,
-              error))
+  if (!admit (connection, ADMIT_FLAGS | UNIX_MREQ_LOOPBACK, error))
     {
       bus_mcast_members_disconnected (members, connection);
       return FALSE;
     }
 
+  return TRUE;
+}
+
+dbus_bool_t
+bus_mcast_admission_monitor (BusMcastMembers *members,
+                             DBusConnection  *connection,
+                             dbus_bool_t      selective,
+                             DBusError       *error)
+{
+  dbus_bool_t member = _dbus_connection_get_mcast_negotiated (connection);
+
+  /* The member's admission stays, with UNIX_MREQ_DIVERT_WHEN_FULL: a
+   * monitor that stops reading already holds nobody back */
+  if (member && !admit (connection, ADMIT_FLAGS, error))
+    return FALSE;
+
+  if (!bus_mcast_members_become_monitor (members, connection, selective,
+                                         error))
+    {
+      /* Back as it was (which fails only if the client has gone) */
+      if (member)
+        admit (connection, ADMIT_FLAGS | UNIX_MREQ_LOOPBACK, NULL);
+      return FALSE;
+    }
   return TRUE;
 }
 
@@ -153,16 +184,14 @@ bus_mcast_admission_admit (BusMcastMembers *members,
   return TRUE;
 }
 
-#endif /* DBUS_HAVE_MCAST_UAPI */
-
 dbus_bool_t
 bus_mcast_admission_monitor (BusMcastMembers *members,
                              DBusConnection  *connection,
                              dbus_bool_t      selective,
                              DBusError       *error)
 {
-  /* The member's admission stays: with UNIX_MREQ_DIVERT_WHEN_FULL, a
-   * monitor that stops reading already holds nobody back */
   return bus_mcast_members_become_monitor (members, connection, selective,
                                            error);
 }
+
+#endif /* DBUS_HAVE_MCAST_UAPI */

@@ -183,6 +183,7 @@ bus_mcast_routing_received (BusMcastRouting *routing,
                             DBusMessage     *message)
 {
   const DBusString *header, *body;
+  dbus_bool_t carried;
   Arrival arrival;
   int length;
 
@@ -199,14 +200,14 @@ bus_mcast_routing_received (BusMcastRouting *routing,
    * only has it routed as if it came from the group: to non-members.
    * A message with header fields the daemon does not know reached no
    * member (their filters drop it): it is routed to all, stripped. */
+  carried = _dbus_mcast_group_can_carry (message);
   _dbus_message_get_network_data (message, &header, &body);
   length = _dbus_string_get_length (header) + _dbus_string_get_length (body);
   if (!_dbus_message_remove_unknown_fields (message))
     return FALSE;
 
   _dbus_message_get_network_data (message, &header, &body);
-  if (dbus_message_contains_unix_fds (message) ||
-      length > DBUS_SEQPACKET_FRAGMENT_SIZE ||
+  if (!carried ||
       _dbus_string_get_length (header) + _dbus_string_get_length (body) != length)
     {
       arrival = ARRIVED_STRAIGHT;

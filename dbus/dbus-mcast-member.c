@@ -317,9 +317,6 @@ _dbus_mcast_member_prepare (DBusMcastMember *member,
   dbus_uint32_t serial = dbus_message_get_serial (message);
   const char *name = member->name;
   const char *sender;
-  const int *fds;
-  unsigned int n_fds;
-  int length;
 
   if (serial == member->prepared_serial)
     return TRUE; /* a retry after EAGAIN or no memory */
@@ -369,10 +366,7 @@ _dbus_mcast_member_prepare (DBusMcastMember *member,
             apply_rule (member, call);
         }
 
-      _dbus_message_get_unix_fds (message, &fds, &n_fds);
-      length = _dbus_string_get_length (&message->header.data) +
-               _dbus_string_get_length (&message->body);
-      if (n_fds > 0 || length > DBUS_SEQPACKET_FRAGMENT_SIZE)
+      if (!_dbus_mcast_group_can_carry (message))
         {
           member->prepared_direct = TRUE;
           member->prepared_fence = TRUE;
@@ -600,6 +594,30 @@ parse_name_number (const char    **p,
   *value = (dbus_uint32_t) v;
   *p = s;
   return TRUE;
+}
+
+/**
+ * Whether the group can carry a message as one packet: no fds, no longer
+ * than a packet, in this machine's byte order, the only one peer filters
+ * and members read.  A member sends anything else to the daemon alone,
+ * which routes it as a stock daemon does; the daemon tells the two apart
+ * with this same test.
+ *
+ * @param message the message
+ * @returns #TRUE if it can go to the group
+ */
+dbus_bool_t
+_dbus_mcast_group_can_carry (DBusMessage *message)
+{
+  const int *fds;
+  unsigned int n_fds;
+  int length;
+
+  _dbus_message_get_unix_fds (message, &fds, &n_fds);
+  length = _dbus_string_get_length (&message->header.data) +
+           _dbus_string_get_length (&message->body);
+  return n_fds == 0 && length <= DBUS_SEQPACKET_FRAGMENT_SIZE &&
+         _dbus_header_get_byte_order (&message->header) == DBUS_COMPILER_BYTE_ORDER;
 }
 
 /**

@@ -80,6 +80,8 @@ DBusMcastVerdict _dbus_mcast_member_from_peer   (DBusMcastMember  *member,
                                                  DBusMessage     **checked);
 
 DBUS_PRIVATE_EXPORT
+dbus_bool_t   _dbus_mcast_group_can_carry   (DBusMessage *message);
+DBUS_PRIVATE_EXPORT
 dbus_uint64_t _dbus_mcast_sender_id_of_name (const char *name);
 
 DBUS_END_DECLS

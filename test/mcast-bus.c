@@ -1619,6 +1619,139 @@ test_limits (gconstpointer data)
   g_assert_cmpuint (n, <=, 2 * stock);
 }
 
+/* ---- what a client sends itself ------------------------------------------ */
+
+/* A client receives what it sends itself, as stock dbus-daemon delivers
+ * it: a call to its unique name and to a well-known name it owns, and the
+ * replies it sends itself; its own signal when one of its rules matches.
+ * A member's come back through the kernel, the daemon dispatching none */
+static void
+test_self (gconstpointer data)
+{
+  PeerKind kind = peer_kind_from_string (data);
+  const gchar *name = "org.dbusmcast.BusTest.Self";
+  Peer *p = peer_new (kind);
+  guint64 dispatched = 0;
+  DBusMessage *m;
+
+  peer_add_match (p, "type='signal',interface='" TEST_IFACE "',member='ToSelf'");
+  g_assert_cmpuint (request_or_release (p, "RequestName", name), ==,
+                    DBUS_REQUEST_NAME_REPLY_PRIMARY_OWNER);
+  if (kind == PEER_MEMBER && kernel_has_mcast ())
+    dispatched = get_stat (p, "MessagesDispatched");
+
+  m = new_signal (TEST_PATH, TEST_IFACE, "ToSelf", "me", 1);
+  peer_send (p, m);
+  dbus_message_unref (m);
+  m = peer_wait (p, is_signal_named, "ToSelf");
+  g_assert_cmpstr (dbus_message_get_sender (m), ==, p->name);
+  g_assert_cmpuint (signal_seq (m), ==, 1);
+  dbus_message_unref (m);
+
+  m = call_served (p, p, p->name, "Echo", "to my unique name");
+  assert_echo (m, "to my unique name");
+  dbus_message_unref (m);
+  m = call_served (p, p, name, "Echo", "to my well-known name");
+  assert_echo (m, "to my well-known name");
+  dbus_message_unref (m);
+
+  if (kind == PEER_MEMBER && kernel_has_mcast ())
+    {
+      dispatched = get_stat (p, "MessagesDispatched") - dispatched;
+      g_test_message ("the daemon dispatched %" G_GUINT64_FORMAT
+                      " messages, the two GetStats calls included", dispatched);
+      g_assert_cmpuint (dispatched, <=, 2);
+    }
+
+  /* each of them once */
+  peer_sync (p);
+  while ((m = peer_pop (p, 0)) != NULL)
+    {
+      g_assert_false (is_from_test (m, NULL));
+      dbus_message_unref (m);
+    }
+  peer_free (p);
+}
+
+/* ---- byte order ----------------------------------------------------------- */
+
+/* m marshalled in the other byte order than this machine's, as a client
+ * of another architecture (or one forwarding its messages) sends it, with
+ * serial, which the sending connection keeps: one it never uses itself */
+static DBusMessage *
+swapped (DBusMessage   *m,
+         dbus_uint32_t  serial)
+{
+  GDBusMessageByteOrder order = G_BYTE_ORDER == G_LITTLE_ENDIAN ?
+      G_DBUS_MESSAGE_BYTE_ORDER_BIG_ENDIAN : G_DBUS_MESSAGE_BYTE_ORDER_LITTLE_ENDIAN;
+  DBusError derror = DBUS_ERROR_INIT;
+  GError *error = NULL;
+  GDBusMessage *gm;
+  DBusMessage *out;
+  char *bytes = NULL;
+  guchar *blob;
+  gsize size;
+  int len = 0;
+
+  dbus_message_set_serial (m, serial);
+  g_assert_true (dbus_message_marshal (m, &bytes, &len));
+  gm = g_dbus_message_new_from_blob ((guchar *) bytes, len, G_DBUS_CAPABILITY_FLAGS_NONE,
+                                     &error);
+  g_assert_no_error (error);
+  dbus_free (bytes);
+  g_dbus_message_set_byte_order (gm, order);
+  blob = g_dbus_message_to_blob (gm, &size, G_DBUS_CAPABILITY_FLAGS_NONE, &error);
+  g_assert_no_error (error);
+  g_assert_cmpint (blob[0], ==, order);
+  out = dbus_message_demarshal ((const char *) blob, (int) size, &derror);
+  test_assert_no_error (&derror);
+  g_free (blob);
+  g_object_unref (gm);
+  return out;
+}
+
+/* Messages in the other byte order reach their recipients as stock
+ * delivers them: a broadcast signal a rule matches, and a signal to the
+ * receiver's unique name */
+static void
+test_byte_order (gconstpointer data)
+{
+  PeerKind kinds[2];
+  Peer *sender, *receiver;
+  DBusMessage *m, *s;
+  guint i;
+
+  g_assert_cmpuint (parse_kinds (data, kinds, 2), ==, 2);
+  sender = peer_new (kinds[0]);
+  receiver = peer_new (kinds[1]);
+  peer_add_match (receiver, "type='signal',interface='" TEST_IFACE "',member='Swapped'");
+
+  for (i = 0; i < 2; i++)
+    {
+      m = new_signal (TEST_PATH, TEST_IFACE, i == 0 ? "Swapped" : "SwappedToYou",
+                      "other byte order", i);
+      if (i == 1)
+        g_assert_true (dbus_message_set_destination (m, receiver->name));
+      s = swapped (m, 0x70000000 + i);
+      dbus_message_unref (m);
+      peer_send (sender, s);
+      dbus_message_unref (s);
+    }
+
+  m = peer_wait (receiver, is_signal_named, "Swapped");
+  g_assert_cmpstr (dbus_message_get_sender (m), ==, sender->name);
+  g_assert_cmpuint (signal_seq (m), ==, 0);
+  dbus_message_unref (m);
+  m = peer_wait (receiver, is_signal_named, "SwappedToYou");
+  g_assert_cmpstr (dbus_message_get_sender (m), ==, sender->name);
+  g_assert_cmpstr (dbus_message_get_destination (m), ==, receiver->name);
+  g_assert_cmpuint (signal_seq (m), ==, 1);
+  dbus_message_unref (m);
+
+  peer_free (receiver);
+  peer_free (sender);
+}
+
 /* ---- security: well-behaved clients --------------------------------------- */
 
 /* A third client never sees a unicast between two others */
@@ -2765,10 +2898,13 @@ main (int    argc,
     }
   for (i = 0; i < G_N_ELEMENTS (triples_names); i++)
     ADDF (test_names, triples_names[i], "/names/%s", triples_names[i]);
+  ADD ("/self/member", test_self, "member");
+  ADD ("/self/classic", test_self, "classic");
   for (i = 0; i < G_N_ELEMENTS (libdbus_pairs); i++)
     {
       ADDF (test_fd_passing, libdbus_pairs[i], "/fd-passing/%s", libdbus_pairs[i]);
       ADDF (test_order, libdbus_pairs[i], "/order/%s", libdbus_pairs[i]);
+      ADDF (test_byte_order, libdbus_pairs[i], "/byte-order/%s", libdbus_pairs[i]);
     }
   for (i = 0; i < G_N_ELEMENTS (triples_privacy); i++)
     ADDF (test_unicast_privacy, triples_privacy[i], "/security/unicast-privacy/%s",
