@@ -62,7 +62,8 @@ struct DBusMcastMember
   dbus_bool_t fenced;            /**< writing is stopped */
   dbus_uint32_t fence_serial;    /**< serial the Routed fence waits for,
                                   *   0 while the Hello fence is up */
-  dbus_uint32_t prepared_serial; /**< message being written */
+  dbus_uint32_t prepared_serial; /**< message being written, 0 once its
+                                  *   last packet is */
   dbus_bool_t prepared_direct; /**< it goes to the daemon alone */
   dbus_bool_t prepared_fence;    /**< writing stops after it */
   DBusHashTable *pending;        /**< serial -> PendingCall */
@@ -409,14 +410,18 @@ _dbus_mcast_member_is_direct (DBusMcastMember *member)
 void
 _dbus_mcast_member_sent (DBusMcastMember *member)
 {
-  if (!member->prepared_fence)
-    return;
+  if (member->prepared_fence)
+    {
+      member->fenced = TRUE;
+      member->fence_serial = member->state == STATE_HELLO_SENT ? 0 :
+                             member->prepared_serial;
+      _dbus_verbose ("dbus-mcast: fence up after serial %u\n",
+                     member->prepared_serial);
+    }
 
-  member->fenced = TRUE;
-  member->fence_serial = member->state == STATE_HELLO_SENT ? 0 :
-                         member->prepared_serial;
-  _dbus_verbose ("dbus-mcast: fence up after serial %u\n",
-                 member->prepared_serial);
+  /* The next message is a new one even if its serial is the same (an
+   * application may set serials itself) */
+  member->prepared_serial = 0;
 }
 
 /* Our Hello was answered.  A method return makes us a member: the body is

@@ -1752,6 +1752,41 @@ test_byte_order (gconstpointer data)
   peer_free (sender);
 }
 
+/* An application may set its messages' serials itself, and send two with
+ * the same: stock delivers both, as it does any message */
+static void
+test_reused_serial (gconstpointer data)
+{
+  PeerKind kinds[2];
+  Peer *sender, *receiver;
+  DBusMessage *m;
+  guint i;
+
+  g_assert_cmpuint (parse_kinds (data, kinds, 2), ==, 2);
+  sender = peer_new (kinds[0]);
+  receiver = peer_new (kinds[1]);
+  peer_add_match (receiver, "type='signal',interface='" TEST_IFACE "',member='Reused'");
+
+  for (i = 0; i < 2; i++)
+    {
+      m = new_signal (TEST_PATH, TEST_IFACE, "Reused", "same serial", i);
+      dbus_message_set_serial (m, 0x71000000);
+      g_assert_cmpuint (peer_send (sender, m), ==, 0x71000000);
+      dbus_message_unref (m);
+    }
+
+  for (i = 0; i < 2; i++)
+    {
+      m = peer_wait (receiver, is_signal_named, "Reused");
+      g_assert_cmpstr (dbus_message_get_sender (m), ==, sender->name);
+      g_assert_cmpuint (signal_seq (m), ==, i);
+      dbus_message_unref (m);
+    }
+
+  peer_free (receiver);
+  peer_free (sender);
+}
+
 /* ---- security: well-behaved clients --------------------------------------- */
 
 /* A third client never sees a unicast between two others */
@@ -2905,6 +2940,7 @@ main (int    argc,
       ADDF (test_fd_passing, libdbus_pairs[i], "/fd-passing/%s", libdbus_pairs[i]);
       ADDF (test_order, libdbus_pairs[i], "/order/%s", libdbus_pairs[i]);
       ADDF (test_byte_order, libdbus_pairs[i], "/byte-order/%s", libdbus_pairs[i]);
+      ADDF (test_reused_serial, libdbus_pairs[i], "/reused-serial/%s", libdbus_pairs[i]);
     }
   for (i = 0; i < G_N_ELEMENTS (triples_privacy); i++)
     ADDF (test_unicast_privacy, triples_privacy[i], "/security/unicast-privacy/%s",
