@@ -126,6 +126,43 @@ peer_kind_from_string (const gchar *s)
   g_error ("unknown client kind %s", s);
 }
 
+/* m as a libdbus message, in m's byte order */
+static DBusMessage *
+libdbus_message_of (GDBusMessage *m)
+{
+  DBusError derror = DBUS_ERROR_INIT;
+  GError *error = NULL;
+  DBusMessage *copy;
+  guchar *blob;
+  gsize size;
+
+  blob = g_dbus_message_to_blob (m, &size, G_DBUS_CAPABILITY_FLAGS_NONE, &error);
+  g_assert_no_error (error);
+  copy = dbus_message_demarshal ((const char *) blob, size, &derror);
+  test_assert_no_error (&derror);
+  g_free (blob);
+  return copy;
+}
+
+/* m as a GDBus message, with serial (set on m too) */
+static GDBusMessage *
+gdbus_message_of (DBusMessage   *m,
+                  dbus_uint32_t  serial)
+{
+  GError *error = NULL;
+  GDBusMessage *copy;
+  char *bytes = NULL;
+  int len = 0;
+
+  dbus_message_set_serial (m, serial);
+  g_assert_true (dbus_message_marshal (m, &bytes, &len));
+  copy = g_dbus_message_new_from_blob ((guchar *) bytes, len,
+                                       G_DBUS_CAPABILITY_FLAGS_NONE, &error);
+  g_assert_no_error (error);
+  dbus_free (bytes);
+  return copy;
+}
+
 /* GDBus's worker thread: queue a copy of every incoming message; keep
  * method calls from GDBus (it would answer them itself) */
 static GDBusMessage *
@@ -135,20 +172,10 @@ gdbus_filter (GDBusConnection *connection,
               gpointer         user_data)
 {
   Peer *p = user_data;
-  GError *error = NULL;
-  DBusError derror = DBUS_ERROR_INIT;
-  guchar *blob;
-  gsize size;
-  DBusMessage *copy;
 
   if (!incoming)
     return message;
-  blob = g_dbus_message_to_blob (message, &size, G_DBUS_CAPABILITY_FLAGS_NONE, &error);
-  g_assert_no_error (error);
-  copy = dbus_message_demarshal ((const char *) blob, size, &derror);
-  test_assert_no_error (&derror);
-  g_free (blob);
-  g_async_queue_push (p->queue, copy);
+  g_async_queue_push (p->queue, libdbus_message_of (message));
   if (g_dbus_message_get_message_type (message) == G_DBUS_MESSAGE_TYPE_METHOD_CALL)
     {
       g_object_unref (message);
@@ -262,17 +289,9 @@ peer_send (Peer        *p,
 
   if (p->gc != NULL)
     {
+      GDBusMessage *gm = gdbus_message_of (m, 1);
       GError *error = NULL;
-      GDBusMessage *gm;
-      char *bytes = NULL;
-      int len = 0;
 
-      dbus_message_set_serial (m, 1);
-      g_assert_true (dbus_message_marshal (m, &bytes, &len));
-      gm = g_dbus_message_new_from_blob ((guchar *) bytes, len,
-                                         G_DBUS_CAPABILITY_FLAGS_NONE, &error);
-      g_assert_no_error (error);
-      dbus_free (bytes);
       g_dbus_connection_send_message (p->gc, gm, G_DBUS_SEND_MESSAGE_FLAGS_NONE,
                                       &serial, &error);
       g_assert_no_error (error);
@@ -1684,29 +1703,17 @@ swapped (DBusMessage   *m,
 {
   GDBusMessageByteOrder order = G_BYTE_ORDER == G_LITTLE_ENDIAN ?
       G_DBUS_MESSAGE_BYTE_ORDER_BIG_ENDIAN : G_DBUS_MESSAGE_BYTE_ORDER_LITTLE_ENDIAN;
-  DBusError derror = DBUS_ERROR_INIT;
-  GError *error = NULL;
-  GDBusMessage *gm;
+  GDBusMessage *gm = gdbus_message_of (m, serial);
   DBusMessage *out;
   char *bytes = NULL;
-  guchar *blob;
-  gsize size;
   int len = 0;
 
-  dbus_message_set_serial (m, serial);
-  g_assert_true (dbus_message_marshal (m, &bytes, &len));
-  gm = g_dbus_message_new_from_blob ((guchar *) bytes, len, G_DBUS_CAPABILITY_FLAGS_NONE,
-                                     &error);
-  g_assert_no_error (error);
-  dbus_free (bytes);
   g_dbus_message_set_byte_order (gm, order);
-  blob = g_dbus_message_to_blob (gm, &size, G_DBUS_CAPABILITY_FLAGS_NONE, &error);
-  g_assert_no_error (error);
-  g_assert_cmpint (blob[0], ==, order);
-  out = dbus_message_demarshal ((const char *) blob, (int) size, &derror);
-  test_assert_no_error (&derror);
-  g_free (blob);
+  out = libdbus_message_of (gm);
   g_object_unref (gm);
+  g_assert_true (dbus_message_marshal (out, &bytes, &len));
+  g_assert_cmpint (bytes[0], ==, order);
+  dbus_free (bytes);
   return out;
 }
 
