@@ -20,6 +20,7 @@
 #include <dbus/dbus-match-rule.h>
 #include "connection.h"
 #include "mcast-filter.h"
+#include "mcast-routing.h"
 #include "services.h"
 #include "utils.h"
 
@@ -574,6 +575,10 @@ bus_mcast_members_disconnected (BusMcastMembers *members,
   if (mc == NULL)
     return;
 
+  if (mc->member && !mc->monitor)
+    bus_mcast_routing_departed (bus_context_get_mcast_routing (members->context),
+                                members, connection);
+
   /* a selective monitor is on both lists */
   _dbus_list_remove (&members->members, mc);
   _dbus_list_remove (&members->classic, mc);
@@ -587,6 +592,25 @@ bus_mcast_members_disconnected (BusMcastMembers *members,
   /* Its rules, names or monitoring leave the daemon's program */
   members->daemon_stale = TRUE;
   members->dirty = TRUE;
+}
+
+void
+bus_mcast_members_foreach (BusMcastMembers        *members,
+                           BusMcastMemberFunction  function,
+                           void                   *data)
+{
+  DBusList *link, *next;
+
+  for (link = _dbus_list_get_first_link (&members->members);
+       link != NULL;
+       link = next)
+    {
+      BusMcastConnection *mc = link->data;
+
+      next = _dbus_list_get_next_link (&members->members, link);
+      if (!mc->selective)
+        function (mc->connection, data);
+    }
 }
 
 void

@@ -37,6 +37,12 @@ dbus_bool_t      bus_mcast_members_gets_group_traffic (DBusConnection *connectio
 int              bus_mcast_members_get_n_members  (BusMcastMembers   *members);
 void             bus_mcast_members_disconnected   (BusMcastMembers   *members,
                                                    DBusConnection    *connection);
+/* Called for each member the kernel delivers group traffic to */
+typedef void (*BusMcastMemberFunction) (DBusConnection *connection,
+                                        void           *data);
+void             bus_mcast_members_foreach        (BusMcastMembers        *members,
+                                                   BusMcastMemberFunction  function,
+                                                   void                   *data);
 void             bus_mcast_members_close_all      (BusMcastMembers   *members);
 
 dbus_bool_t      bus_mcast_members_add_rule       (BusMcastMembers   *members,

@@ -22,6 +22,7 @@
 #include "connection.h"
 #include "mcast-members.h"
 #include "mcast-spill.h"
+#include "services.h"
 
 /* How a message from a member reached the daemon, in a message data slot. */
 typedef enum
@@ -39,11 +40,21 @@ typedef struct
   dbus_uint32_t serial;        /**< of the routed message */
 } Fence;
 
+/* A member left: the Departed signal every other member is owed, sent
+ * from the main loop, after the NameOwnerChanged signals of its names, as
+ * stock's NoReply errors are */
+typedef struct
+{
+  BusMcastMembers *members;
+  DBusMessage *signal;         /**< without destination */
+} Departure;
+
 struct BusMcastRouting
 {
   DBusLoop *loop;
-  DBusTimeout *send_fences;    /**< enabled while fences are due */
+  DBusTimeout *send_fences;    /**< enabled while fences or departures are due */
   DBusList *due;               /**< Fence *, in the order they fell due */
+  DBusList *departures;        /**< Departure *, in the order members left */
   BusMcastRoutingStats stats;
 };
 
@@ -91,16 +102,52 @@ fence_free (Fence *fence)
   dbus_free (fence);
 }
 
+/* Sends @data, a Departure, to the member @connection (not a monitor:
+ * monitors make no calls) behind the group copies the kernel diverted
+ * from it so far, which may hold the departed member's last messages */
+static void
+send_departure (DBusConnection *connection,
+                void           *data)
+{
+  Departure *departure = data;
+  DBusMessage *signal;
+
+  if (bus_connection_is_monitor (connection))
+    return;
+
+  while ((signal = dbus_message_copy (departure->signal)) == NULL ||
+         !dbus_message_set_destination (signal,
+                                        bus_connection_get_name (connection)))
+    {
+      if (signal != NULL)
+        dbus_message_unref (signal);
+      _dbus_wait_for_memory ();
+    }
+
+  bus_mcast_spill_send_behind (
+      bus_context_get_mcast_spill (bus_connection_get_context (connection)),
+      connection, signal);
+  dbus_message_unref (signal);
+}
+
 static dbus_bool_t
 send_due_fences (void *data)
 {
   BusMcastRouting *routing = data;
+  Departure *departure;
   Fence *fence;
 
   while ((fence = _dbus_list_pop_first (&routing->due)) != NULL)
     {
       send_fence (fence);
       fence_free (fence);
+    }
+
+  while ((departure = _dbus_list_pop_first (&routing->departures)) != NULL)
+    {
+      bus_mcast_members_foreach (departure->members, send_departure, departure);
+      dbus_message_unref (departure->signal);
+      dbus_free (departure);
     }
 
   _dbus_timeout_disable (routing->send_fences);
@@ -166,8 +213,17 @@ bus_mcast_routing_new (DBusLoop *loop)
 void
 bus_mcast_routing_free (BusMcastRouting *routing)
 {
+  Departure *departure;
+
   if (routing == NULL)
     return;
+
+  /* The members are gone: nobody is owed a departure */
+  while ((departure = _dbus_list_pop_first (&routing->departures)) != NULL)
+    {
+      dbus_message_unref (departure->signal);
+      dbus_free (departure);
+    }
 
   send_due_fences (routing);
   _dbus_loop_remove_timeout (routing->loop, routing->send_fences);
@@ -325,6 +381,83 @@ bus_mcast_routing_fence (BusMcastRouting *routing,
 
     send_fence (&now);
   }
+}
+
+/* The Departed signal for @connection: its unique name and the
+ * well-known names it owns, which its peer filter holds.  NULL if no
+ * memory. */
+static DBusMessage *
+new_departed (DBusConnection *connection)
+{
+  BusRegistry *registry = bus_connection_get_registry (connection);
+  const char *name = bus_connection_get_name (connection);
+  DBusMessage *signal;
+  DBusMessageIter args, array;
+  char **names = NULL;
+  dbus_bool_t ok;
+  int i;
+
+  signal = dbus_message_new_signal (DBUS_PATH_DBUS, DBUS_MCAST_INTERFACE,
+                                    DBUS_MCAST_DEPARTED);
+  if (signal == NULL)
+    return NULL;
+
+  dbus_message_iter_init_append (signal, &args);
+  ok = dbus_message_set_sender (signal, DBUS_SERVICE_DBUS) &&
+       bus_registry_list_services (registry, &names, NULL) &&
+       dbus_message_iter_append_basic (&args, DBUS_TYPE_STRING, &name) &&
+       dbus_message_iter_open_container (&args, DBUS_TYPE_ARRAY,
+                                         DBUS_TYPE_STRING_AS_STRING, &array);
+  for (i = 0; ok && names[i] != NULL; i++)
+    {
+      DBusString str;
+      BusService *service;
+
+      _dbus_string_init_const (&str, names[i]);
+      service = bus_registry_lookup (registry, &str);
+      if (names[i][0] != ':' && service != NULL &&
+          bus_service_get_primary_owners_connection (service) == connection &&
+          !dbus_message_iter_append_basic (&array, DBUS_TYPE_STRING, &names[i]))
+        {
+          dbus_message_iter_abandon_container (&args, &array);
+          ok = FALSE;
+        }
+    }
+
+  if (ok && !dbus_message_iter_close_container (&args, &array))
+    ok = FALSE;
+
+  dbus_free_string_array (names);
+  if (!ok)
+    {
+      dbus_message_unref (signal);
+      return NULL;
+    }
+  return signal;
+}
+
+void
+bus_mcast_routing_departed (BusMcastRouting *routing,
+                            BusMcastMembers *members,
+                            DBusConnection  *connection)
+{
+  Departure *departure;
+
+  if (bus_connection_get_name (connection) == NULL)
+    return; /* it never had a name anyone could call */
+
+  /* Without it members would wait for replies until their own timeouts:
+   * wait for memory, as the daemon does for the departure's
+   * NameOwnerChanged */
+  while ((departure = dbus_new0 (Departure, 1)) == NULL)
+    _dbus_wait_for_memory ();
+  while ((departure->signal = new_departed (connection)) == NULL)
+    _dbus_wait_for_memory ();
+  departure->members = members;
+  while (!_dbus_list_append (&routing->departures, departure))
+    _dbus_wait_for_memory ();
+
+  _dbus_timeout_restart (routing->send_fences, 0);
 }
 
 void

@@ -17,7 +17,10 @@
  * everything through the daemon, in order anyway, and a member's group
  * copies are held at the daemon behind its copy until that is written
  * (mcast-spill.h), so that nothing the sender sends after the fence can
- * overtake it.
+ * overtake it.  Calls between members do not pass the daemon either:
+ * when a member leaves, every other member gets the daemon's Departed
+ * signal (dbus-mcast-member.h), from which its libdbus answers the calls
+ * the departed member will never answer with stock's NoReply error.
  *
  * Copyright (C) 2026 dbus-mcast contributors
  * SPDX-License-Identifier: AFL-2.1 OR GPL-2.0-or-later
@@ -56,6 +59,9 @@ void             bus_mcast_routing_execute_monitors_first (DBusList    **connect
 void             bus_mcast_routing_fence               (BusMcastRouting *routing,
                                                         DBusConnection  *sender,
                                                         DBusMessage     *message);
+void             bus_mcast_routing_departed            (BusMcastRouting *routing,
+                                                        BusMcastMembers *members,
+                                                        DBusConnection  *connection);
 void             bus_mcast_routing_get_stats           (BusMcastRouting      *routing,
                                                         BusMcastRoutingStats *stats);
 

@@ -557,6 +557,56 @@ bus_mcast_spill_send_later (BusMcastSpill        *spill,
 }
 
 /**
+ * Sends @message, the daemon's own, to the member @connection after the
+ * group copies the kernel diverted from it so far, which the daemon may
+ * not have read yet: the member receives it after everything the group
+ * delivered to it before.
+ *
+ * @param spill the bus's spill
+ * @param connection the member's connection
+ * @param message the message, for @connection alone
+ */
+void
+bus_mcast_spill_send_behind (BusMcastSpill  *spill,
+                             DBusConnection *connection,
+                             DBusMessage    *message)
+{
+  DBusPreallocatedSend *preallocated;
+#ifdef DBUS_HAVE_MCAST_UAPI
+  Member *member = dbus_connection_get_data (connection, member_slot);
+  socklen_t len = sizeof (dbus_uint32_t);
+  dbus_uint32_t after;
+  Held *held;
+  int fd;
+#endif
+
+  while ((preallocated = dbus_connection_preallocate_send (connection)) == NULL)
+    _dbus_wait_for_memory ();
+
+#ifdef DBUS_HAVE_MCAST_UAPI
+  /* Never diverted, or every diverted copy read: nothing to wait for */
+  if (member != NULL &&
+      dbus_connection_get_socket (connection, &fd) &&
+      getsockopt (fd, SOL_UNIX, UNIX_PEER_DIVERT_SEQ, &after, &len) == 0 &&
+      !seq_reached (member->last_seq, after))
+    {
+      while ((held = dbus_new0 (Held, 1)) == NULL)
+        _dbus_wait_for_memory ();
+      while ((held->link = _dbus_list_alloc_link (held)) == NULL)
+        _dbus_wait_for_memory ();
+      held->member = member_ref (member);
+      held->after = after;
+      member->outstanding += 1;
+      while (!dbus_message_set_data (message, hold_slot, held, held_written))
+        _dbus_wait_for_memory ();
+    }
+#endif
+
+  if (!bus_mcast_spill_send_later (spill, connection, preallocated, message))
+    dbus_connection_send_preallocated (connection, preallocated, message, NULL);
+}
+
+/**
  * Drops what is parked for a member that disconnected.
  *
  * @param spill the bus's spill

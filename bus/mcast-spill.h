@@ -57,6 +57,9 @@ dbus_bool_t    bus_mcast_spill_send_later (BusMcastSpill        *spill,
                                            DBusConnection       *connection,
                                            DBusPreallocatedSend *preallocated,
                                            DBusMessage          *message);
+void           bus_mcast_spill_send_behind (BusMcastSpill  *spill,
+                                            DBusConnection *connection,
+                                            DBusMessage    *message);
 void           bus_mcast_spill_disconnected (BusMcastSpill  *spill,
                                              DBusConnection *connection);
 void           bus_mcast_spill_get_stats (BusMcastSpill      *spill,

@@ -20,6 +20,7 @@
 #include "dbus-protocol.h"
 #include "dbus-seqpacket-io.h"
 
+#include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
 
@@ -39,6 +40,8 @@ typedef struct
    * org.freedesktop.DBus the call was addressed to (no member can claim
    * the latter), or #NULL for any member (a well-known name) */
   char *expected_sender;
+  /** The well-known name the call was addressed to, or #NULL */
+  char *service;
   /** For AddMatch/RemoveMatch: the rule, or #NULL */
   DBusMatchRule *rule;
   /** For AddMatch: a link holding a reference to rule, ready to join the
@@ -89,6 +92,7 @@ pending_call_free (void *data)
   if (call->rule != NULL)
     _dbus_match_rule_unref (call->rule);
   dbus_free (call->expected_sender);
+  dbus_free (call->service);
   dbus_free (call);
 }
 
@@ -201,6 +205,12 @@ track_call (DBusMcastMember *member,
     {
       call->expected_sender = _dbus_strdup (destination);
       if (call->expected_sender == NULL)
+        goto oom;
+    }
+  else if (destination != NULL)
+    {
+      call->service = _dbus_strdup (destination);
+      if (call->service == NULL)
         goto oom;
     }
 
@@ -468,21 +478,208 @@ hello_answered (DBusMcastMember  *member,
   return DBUS_MCAST_KEEP;
 }
 
+/* Whether @call can only be answered by the member @name that departed
+ * owning @services: the call went to its unique name, or to a well-known
+ * name it owned, which its peer filter held, so the kernel delivered the
+ * call to it. */
+static dbus_bool_t
+departed_was_callee (PendingCall  *call,
+                     const char   *name,
+                     char        **services,
+                     int           n_services)
+{
+  int i;
+
+  if (call->expected_sender != NULL)
+    return strcmp (call->expected_sender, name) == 0;
+
+  for (i = 0; call->service != NULL && i < n_services; i++)
+    {
+      if (strcmp (call->service, services[i]) == 0)
+        return TRUE;
+    }
+
+  return FALSE;
+}
+
+/* Newest call first: the order in which stock dbus-daemon sends the
+ * NoReply errors of a departure (it prepends each call it expects a reply
+ * to onto the list it walks then) */
+static int
+newest_first (const void *a,
+              const void *b)
+{
+  dbus_uint32_t x = *(const dbus_uint32_t *) a;
+  dbus_uint32_t y = *(const dbus_uint32_t *) b;
+
+  return x > y ? -1 : x < y;
+}
+
+/* Appends to @out the error stock dbus-daemon sends when the recipient of
+ * our call @reply_serial disconnects without replying.  It carries
+ * @serial, the Departed signal's: the daemon's connection numbered that
+ * one message, which it stands for. */
+static dbus_bool_t
+append_no_reply (DBusMcastMember *member,
+                 DBusString      *out,
+                 dbus_uint32_t    serial,
+                 dbus_uint32_t    reply_serial)
+{
+  const char *text = DBUS_MCAST_NO_REPLY_TEXT;
+  const char *name = member->name;
+  const DBusString *header, *body;
+  DBusMessage *error;
+  dbus_bool_t ok;
+
+  error = dbus_message_new (DBUS_MESSAGE_TYPE_ERROR);
+  if (error == NULL)
+    return FALSE;
+
+  dbus_message_set_no_reply (error, TRUE);
+  ok = dbus_message_set_reply_serial (error, reply_serial) &&
+       dbus_message_set_error_name (error, DBUS_ERROR_NO_REPLY) &&
+       dbus_message_set_sender (error, DBUS_SERVICE_DBUS) &&
+       dbus_message_set_destination (error, name) &&
+       dbus_message_append_args (error, DBUS_TYPE_STRING, &text,
+                                 DBUS_TYPE_INVALID);
+  if (ok)
+    {
+      dbus_message_set_serial (error, serial);
+      dbus_message_lock (error);
+      _dbus_message_get_network_data (error, &header, &body);
+      ok = _dbus_string_copy (header, 0, out, _dbus_string_get_length (out)) &&
+           _dbus_string_copy (body, 0, out, _dbus_string_get_length (out));
+    }
+
+  dbus_message_unref (error);
+  return ok;
+}
+
+/* The daemon's Departed signal, at @start in @data, @len bytes: replaced
+ * there by stock's NoReply error for each call of ours the departed
+ * member will never answer, newest first.  Without memory
+ * nothing changes and the signal is dropped: the calls then end with the
+ * application's own timeout. */
+static DBusMcastVerdict
+member_departed (DBusMcastMember *member,
+                 DBusString      *data,
+                 int              start,
+                 int              len)
+{
+  DBusError error = DBUS_ERROR_INIT;
+  DBusMessage *signal;
+  const char *name;
+  char **services = NULL;
+  int n_services = 0;
+  dbus_uint32_t *serials = NULL;
+  DBusString errors;
+  DBusHashIter iter;
+  DBusMcastVerdict verdict = DBUS_MCAST_DROP;
+  int n = 0, i;
+
+  signal = dbus_message_demarshal (_dbus_string_get_const_data_len (data, start, len),
+                                   len, &error);
+  if (signal == NULL ||
+      !dbus_message_get_args (signal, &error, DBUS_TYPE_STRING, &name,
+                              DBUS_TYPE_ARRAY, DBUS_TYPE_STRING,
+                              &services, &n_services, DBUS_TYPE_INVALID))
+    {
+      _dbus_verbose ("dbus-mcast: cannot read a Departed signal (%s)\n",
+                     error.message);
+      dbus_error_free (&error);
+      goto out;
+    }
+
+  serials = dbus_new (dbus_uint32_t,
+                      _dbus_hash_table_get_n_entries (member->pending) + 1);
+  if (serials == NULL)
+    goto out;
+
+  _dbus_hash_iter_init (member->pending, &iter);
+  while (_dbus_hash_iter_next (&iter))
+    {
+      if (departed_was_callee (_dbus_hash_iter_get_value (&iter), name,
+                               services, n_services))
+        serials[n++] = _dbus_hash_iter_get_uintptr_key (&iter);
+    }
+  qsort (serials, n, sizeof (dbus_uint32_t), newest_first);
+
+  if (!_dbus_string_init (&errors))
+    goto out;
+
+  for (i = 0; i < n; i++)
+    {
+      if (!append_no_reply (member, &errors, dbus_message_get_serial (signal),
+                            serials[i]))
+        goto out_errors;
+    }
+
+  if (!_dbus_string_replace_len (&errors, 0, _dbus_string_get_length (&errors),
+                                 data, start, len))
+    goto out_errors;
+
+  _dbus_verbose ("dbus-mcast: %s departed, %d calls end with NoReply\n",
+                 name, n);
+  for (i = 0; i < n; i++)
+    _dbus_hash_table_remove_uintptr (member->pending, serials[i]);
+  verdict = DBUS_MCAST_KEEP;
+
+ out_errors:
+  _dbus_string_free (&errors);
+ out:
+  if (verdict != DBUS_MCAST_KEEP && serials != NULL)
+    _dbus_verbose ("dbus-mcast: no memory for the NoReply errors of a departure\n");
+  dbus_free (serials);
+  dbus_free_string_array (services);
+  if (signal != NULL)
+    dbus_message_unref (signal);
+  return verdict;
+}
+
+/* Whether @header, of a message of @type from @sender, is the daemon's
+ * NoReply error */
+static dbus_bool_t
+is_no_reply (DBusHeader *header,
+             int         type,
+             const char *sender)
+{
+  const char *name = NULL;
+
+  return type == DBUS_MESSAGE_TYPE_ERROR &&
+         sender != NULL && strcmp (sender, DBUS_SERVICE_DBUS) == 0 &&
+         _dbus_header_get_field_basic (header, DBUS_HEADER_FIELD_ERROR_NAME,
+                                       DBUS_TYPE_STRING, &name) &&
+         strcmp (name, DBUS_ERROR_NO_REPLY) == 0;
+}
+
+/* Whether @interface.@member, sent by the bus driver, is the daemon's
+ * private signal @name */
+static dbus_bool_t
+is_daemon_signal (const char *interface,
+                  const char *method,
+                  const char *name)
+{
+  return interface != NULL && strcmp (interface, DBUS_MCAST_INTERFACE) == 0 &&
+         method != NULL && strcmp (method, name) == 0;
+}
+
 /**
  * Looks at a complete message from the daemon (sender id 0), which is
- * trusted: the Hello reply, the Routed fence signal (consumed), replies.
- * A message that does not parse is kept: the message loader then
- * disconnects, as it would from any daemon sending garbage.
+ * trusted: the Hello reply, the Routed fence signal (consumed), the
+ * Departed signal (replaced in @data by the errors it stands for),
+ * replies.  A message that does not parse is kept: the message loader
+ * then disconnects, as it would from any daemon sending garbage.
  *
  * @param member the state
  * @param data the buffer holding the message
  * @param start where it starts
  * @param len its length
- * @returns what to do with it
+ * @returns what to do with it (with #DBUS_MCAST_KEEP, what is at @start
+ *   in @data now)
  */
 DBusMcastVerdict
 _dbus_mcast_member_from_daemon (DBusMcastMember  *member,
-                                const DBusString *data,
+                                DBusString       *data,
                                 int               start,
                                 int               len)
 {
@@ -519,13 +716,19 @@ _dbus_mcast_member_from_daemon (DBusMcastMember  *member,
                                 DBUS_TYPE_STRING, &sender);
 
   if (type == DBUS_MESSAGE_TYPE_SIGNAL &&
-      sender != NULL && strcmp (sender, DBUS_SERVICE_DBUS) == 0 &&
+      sender != NULL && strcmp (sender, DBUS_SERVICE_DBUS) == 0)
+    {
       _dbus_header_get_field_basic (&member->scratch, DBUS_HEADER_FIELD_INTERFACE,
-                                    DBUS_TYPE_STRING, &interface) &&
-      strcmp (interface, DBUS_MCAST_INTERFACE) == 0 &&
+                                    DBUS_TYPE_STRING, &interface);
       _dbus_header_get_field_basic (&member->scratch, DBUS_HEADER_FIELD_MEMBER,
-                                    DBUS_TYPE_STRING, &method) &&
-      strcmp (method, DBUS_MCAST_ROUTED) == 0)
+                                    DBUS_TYPE_STRING, &method);
+    }
+
+  if (is_daemon_signal (interface, method, DBUS_MCAST_DEPARTED))
+    return member->state == STATE_MEMBER ?
+           member_departed (member, data, start, len) : DBUS_MCAST_DROP;
+
+  if (is_daemon_signal (interface, method, DBUS_MCAST_ROUTED))
     {
       /* The fence signal: consumed, never dispatched */
       if (_dbus_header_get_field_basic (&member->scratch, DBUS_HEADER_FIELD_SIGNATURE,
@@ -552,9 +755,13 @@ _dbus_mcast_member_from_daemon (DBusMcastMember  *member,
       if (member->state == STATE_HELLO_SENT && reply_serial == member->hello_serial)
         return hello_answered (member, type, &message, byte_order, header_len);
 
-      if (member->state == STATE_MEMBER)
-        answer_call (member, reply_serial, sender, TRUE,
-                     type == DBUS_MESSAGE_TYPE_METHOD_RETURN);
+      /* The daemon also answers NoReply for the calls between members
+       * it routed; the Departed signal may have answered them first. */
+      if (member->state == STATE_MEMBER &&
+          !answer_call (member, reply_serial, sender, TRUE,
+                        type == DBUS_MESSAGE_TYPE_METHOD_RETURN) &&
+          is_no_reply (&member->scratch, type, sender))
+        return DBUS_MCAST_DROP;
     }
 
   return DBUS_MCAST_KEEP;

@@ -17,7 +17,9 @@
  *  - for each message from the daemon (kernel sender id 0, trusted): the
  *    Hello reply makes the connection a member and gives its unique name,
  *    the Routed signal lifts the fence and is consumed, replies complete
- *    the calls and AddMatch/RemoveMatch calls they answer;
+ *    the calls and AddMatch/RemoveMatch calls they answer, and the
+ *    Departed signal (a member left) completes the calls it will never
+ *    answer with stock's NoReply error, in the signal's place;
  *  - for each packet from another member (any other sender id, untrusted;
  *    one that arrives before the Hello reply, which the daemon sends after
  *    admitting us, is looked at after it):
@@ -45,6 +47,19 @@ DBUS_BEGIN_DECLS
  * serial, a u, is the argument) has been routed; the member consumes it. */
 #define DBUS_MCAST_INTERFACE "org.freedesktop.DBus.Mcast"
 #define DBUS_MCAST_ROUTED "Routed"
+/** The daemon's departure signal: dbus-daemon sends it, as it sends
+ * Routed, to every member once a member has disconnected, after
+ * everything that member sent (its unique name, an s, and the well-known
+ * names it owned, an as, are the arguments).  Calls between members do
+ * not pass the daemon, so only the caller's libdbus knows which of them
+ * the departed member will never answer: it completes them with stock's
+ * error, which dbus-daemon would have sent, and consumes the signal. */
+#define DBUS_MCAST_DEPARTED "Departed"
+#define DBUS_MCAST_DEPARTED_SIGNATURE "sas"
+/** The text of stock dbus-daemon's NoReply error for a call whose
+ * recipient disconnected (bus/connection.c) */
+#define DBUS_MCAST_NO_REPLY_TEXT \
+  "Message recipient disconnected from message bus without replying"
 
 typedef struct DBusMcastMember DBusMcastMember;
 
@@ -69,7 +84,7 @@ dbus_bool_t _dbus_mcast_member_is_direct  (DBusMcastMember *member);
 void        _dbus_mcast_member_sent       (DBusMcastMember *member);
 
 DBusMcastVerdict _dbus_mcast_member_from_daemon (DBusMcastMember  *member,
-                                                 const DBusString *data,
+                                                 DBusString       *data,
                                                  int               start,
                                                  int               len);
 DBusMcastVerdict _dbus_mcast_member_from_peer   (DBusMcastMember  *member,

@@ -462,6 +462,19 @@ peer_add_match (Peer        *p,
                                    DBUS_TYPE_STRING, &rule, DBUS_TYPE_INVALID));
 }
 
+/* p becomes a monitor of everything */
+static void
+become_monitor (Peer *p)
+{
+  const char *no_rules[] = { NULL };
+  const char **rules = no_rules;
+  dbus_uint32_t flags = 0;
+
+  dbus_message_unref (driver_call (p, "org.freedesktop.DBus.Monitoring", "BecomeMonitor",
+                                   DBUS_TYPE_ARRAY, DBUS_TYPE_STRING, &rules, 0,
+                                   DBUS_TYPE_UINT32, &flags, DBUS_TYPE_INVALID));
+}
+
 /* A round trip through the bus driver: when it returns, the daemon has
  * handled everything p sent before */
 static void
@@ -541,6 +554,19 @@ get_stat (Peer        *p,
   if (!found)
     g_error ("GetStats has no %s: the daemon reports no multicast statistics", key);
   return value;
+}
+
+/* Checks that the daemon dispatched nothing but two GetStats calls since
+ * MessagesDispatched was @before (p's call that read it, and this one) */
+static void
+assert_nothing_dispatched (Peer    *p,
+                           guint64  before)
+{
+  guint64 dispatched = get_stat (p, "MessagesDispatched") - before;
+
+  g_test_message ("the daemon dispatched %" G_GUINT64_FORMAT
+                  " messages, the two GetStats calls included", dispatched);
+  g_assert_cmpuint (dispatched, <=, 2);
 }
 
 /* Waits until the stat reaches expected (the daemon counts a member that
@@ -971,6 +997,18 @@ is_owner_change (DBusMessage *m, gconstpointer data)
   return dbus_message_is_signal (m, DBUS_INTERFACE_DBUS, "NameOwnerChanged");
 }
 
+/* p subscribes to the NameOwnerChanged signals of name */
+static void
+watch_owner (Peer        *p,
+             const gchar *name)
+{
+  gchar *rule = g_strdup_printf ("type='signal',sender='" DBUS_SERVICE_DBUS "',"
+                                 "member='NameOwnerChanged',arg0='%s'", name);
+
+  peer_add_match (p, rule);
+  g_free (rule);
+}
+
 static void
 expect_owner_change (Peer        *observer,
                      const gchar *name,
@@ -1049,7 +1087,7 @@ test_names (gconstpointer data)
 {
   PeerKind kinds[3];
   Peer *first, *second, *observer;
-  gchar *name, *rule;
+  gchar *name;
   DBusMessage *reply;
 
   g_assert_cmpuint (parse_kinds (data, kinds, 3), ==, 3);
@@ -1059,10 +1097,7 @@ test_names (gconstpointer data)
   /* a name per test: from the observer's unique name, :1.23 -> Name_1_23 */
   name = g_strdup_printf ("org.dbusmcast.BusTest.Name_%s", observer->name + 1);
   g_strdelimit (name + strlen ("org.dbusmcast.BusTest.Name_"), ".", '_');
-  rule = g_strdup_printf ("type='signal',sender='" DBUS_SERVICE_DBUS "',"
-                          "member='NameOwnerChanged',arg0='%s'", name);
-  peer_add_match (observer, rule);
-  g_free (rule);
+  watch_owner (observer, name);
 
   g_assert_cmpuint (request_or_release (first, "RequestName", name), ==,
                     DBUS_REQUEST_NAME_REPLY_PRIMARY_OWNER);
@@ -1675,12 +1710,7 @@ test_self (gconstpointer data)
   dbus_message_unref (m);
 
   if (kind == PEER_MEMBER && kernel_has_mcast ())
-    {
-      dispatched = get_stat (p, "MessagesDispatched") - dispatched;
-      g_test_message ("the daemon dispatched %" G_GUINT64_FORMAT
-                      " messages, the two GetStats calls included", dispatched);
-      g_assert_cmpuint (dispatched, <=, 2);
-    }
+    assert_nothing_dispatched (p, dispatched);
 
   /* each of them once */
   peer_sync (p);
@@ -1690,6 +1720,116 @@ test_self (gconstpointer data)
       dbus_message_unref (m);
     }
   peer_free (p);
+}
+
+/* ---- a callee that leaves without replying --------------------------------- */
+
+static gboolean
+is_owner_change_or_reply (DBusMessage *m, gconstpointer data)
+{
+  return is_owner_change (m, NULL) || dbus_message_get_reply_serial (m) != 0;
+}
+
+/* The error stock dbus-daemon sends a caller whose callee disconnected
+ * without replying to its call serial */
+static void
+assert_no_reply (DBusMessage   *m,
+                 dbus_uint32_t  serial)
+{
+  const char *text = NULL;
+
+  g_assert_cmpstr (dbus_message_type_to_string (dbus_message_get_type (m)), ==, "error");
+  g_assert_cmpuint (dbus_message_get_reply_serial (m), ==, serial);
+  g_assert_cmpstr (dbus_message_get_error_name (m), ==, DBUS_ERROR_NO_REPLY);
+  g_assert_cmpstr (dbus_message_get_sender (m), ==, DBUS_SERVICE_DBUS);
+  g_assert_true (dbus_message_get_args (m, NULL, DBUS_TYPE_STRING, &text, DBUS_TYPE_INVALID));
+  g_assert_cmpstr (text, ==, "Message recipient disconnected from message bus without replying");
+}
+
+/* A callee that received two calls, to its unique name and to a
+ * well-known name it owns, and disconnects without answering: the caller
+ * gets stock's NoReply error for each at once, after the
+ * NameOwnerChanged of the name, the newest call first as stock sends
+ * them.  Between members neither call
+ * passes the daemon. */
+static void
+no_reply_case (gconstpointer data,
+               gboolean      monitored)
+{
+  const gchar *name = "org.dbusmcast.BusTest.Leaving";
+  PeerKind kinds[2];
+  Peer *caller, *callee, *monitor = NULL;
+  gboolean fast;
+  guint64 dispatched = 0;
+  dbus_uint32_t serials[2];
+  DBusMessage *m;
+  guint i;
+
+  g_assert_cmpuint (parse_kinds (data, kinds, 2), ==, 2);
+  if (monitored)
+    {
+      monitor = peer_new (PEER_CLASSIC);
+      become_monitor (monitor);
+    }
+  caller = peer_new (kinds[0]);
+  callee = peer_new (kinds[1]);
+  fast = kinds[0] == PEER_MEMBER && kinds[1] == PEER_MEMBER && kernel_has_mcast () &&
+         !monitored;
+  watch_owner (caller, name);
+  g_assert_cmpuint (request_or_release (callee, "RequestName", name), ==,
+                    DBUS_REQUEST_NAME_REPLY_PRIMARY_OWNER);
+  expect_owner_change (caller, name, "", callee->name);
+  if (fast)
+    dispatched = get_stat (caller, "MessagesDispatched");
+
+  for (i = 0; i < 2; i++)
+    {
+      m = new_call (i == 0 ? callee->name : name, "Hang", NULL);
+      serials[i] = peer_send (caller, m);
+      dbus_message_unref (m);
+      dbus_message_unref (peer_wait (callee, is_test_call, NULL));
+    }
+  peer_free (callee);
+
+  m = peer_wait (caller, is_owner_change_or_reply, NULL);
+  g_assert_true (is_owner_change (m, NULL));
+  dbus_message_unref (m);
+  for (i = 0; i < 2; i++)
+    {
+      m = peer_wait (caller, is_owner_change_or_reply, NULL);
+      assert_no_reply (m, serials[1 - i]);
+      dbus_message_unref (m);
+    }
+
+  if (fast)
+    assert_nothing_dispatched (caller, dispatched);
+
+  /* one error each */
+  peer_sync (caller);
+  while ((m = peer_pop (caller, 0)) != NULL)
+    {
+      g_assert_cmpuint (dbus_message_get_reply_serial (m), !=, serials[0]);
+      g_assert_cmpuint (dbus_message_get_reply_serial (m), !=, serials[1]);
+      dbus_message_unref (m);
+    }
+  peer_free (caller);
+  if (monitor != NULL)
+    peer_free (monitor);
+}
+
+static void
+test_no_reply (gconstpointer data)
+{
+  no_reply_case (data, FALSE);
+}
+
+/* The same with a classic monitor, for which the daemon reads every
+ * member's messages: it then answers NoReply itself, as stock, and the
+ * caller still gets one error per call */
+static void
+test_no_reply_monitored (gconstpointer data)
+{
+  no_reply_case (data, TRUE);
 }
 
 /* ---- byte order ----------------------------------------------------------- */
@@ -2140,19 +2280,6 @@ test_misspelt_sender (gconstpointer data)
   g_free (misspelt);
   raw_free (r);
   peer_free (receiver);
-}
-
-/* p becomes a monitor of everything */
-static void
-become_monitor (Peer *p)
-{
-  const char *no_rules[] = { NULL };
-  const char **rules = no_rules;
-  dbus_uint32_t flags = 0;
-
-  dbus_message_unref (driver_call (p, "org.freedesktop.DBus.Monitoring", "BecomeMonitor",
-                                   DBUS_TYPE_ARRAY, DBUS_TYPE_STRING, &rules, 0,
-                                   DBUS_TYPE_UINT32, &flags, DBUS_TYPE_INVALID));
 }
 
 typedef enum
@@ -2931,6 +3058,7 @@ main (int    argc,
         ADDF (test_calls, g_intern_string (pair), "/calls/%s", pair);
         ADDF (test_signals, g_intern_string (pair), "/signals/%s", pair);
         ADDF (test_large, g_intern_string (pair), "/large/%s", pair);
+        ADDF (test_no_reply, g_intern_string (pair), "/no-reply/disconnect/%s", pair);
         g_free (pair);
       }
   for (i = 0; i < G_N_ELEMENTS (kinds); i++)
@@ -2940,6 +3068,8 @@ main (int    argc,
     }
   for (i = 0; i < G_N_ELEMENTS (triples_names); i++)
     ADDF (test_names, triples_names[i], "/names/%s", triples_names[i]);
+  ADD ("/no-reply/disconnect/monitored/member-member", test_no_reply_monitored,
+       "member-member");
   ADD ("/self/member", test_self, "member");
   ADD ("/self/classic", test_self, "classic");
   for (i = 0; i < G_N_ELEMENTS (libdbus_pairs); i++)
