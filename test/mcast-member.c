@@ -790,6 +790,135 @@ test_broadcast (Fixture *f, gconstpointer data)
   dbus_message_unref (m);
 }
 
+/* "The daemon" tells A that name left, owning services */
+static void
+send_departed (Fixture     *f,
+               const char  *name,
+               const char **services,
+               int          n_services)
+{
+  DBusMessage *departed = dbus_message_new_signal (DBUS_PATH_DBUS,
+                                                   DBUS_MCAST_INTERFACE,
+                                                   DBUS_MCAST_DEPARTED);
+
+  driver_message (departed, f->a_name);
+  g_assert_true (dbus_message_append_args (departed, DBUS_TYPE_STRING, &name,
+                                           DBUS_TYPE_ARRAY, DBUS_TYPE_STRING,
+                                           &services, n_services,
+                                           DBUS_TYPE_INVALID));
+  send_flush (f, f->a_srv, departed);
+  dbus_message_unref (departed);
+}
+
+/* A pending call's reply, and when it came */
+typedef struct
+{
+  DBusMessage *reply;
+  guint rank;                 /* 1 for the first reply of a test, ... */
+  guint *replies;             /* how many came in the test */
+} Answer;
+
+static void
+store_answer (DBusPendingCall *pending,
+              void            *data)
+{
+  Answer *answer = data;
+
+  answer->reply = dbus_pending_call_steal_reply (pending);
+  answer->rank = ++*answer->replies;
+}
+
+/* A's pending call to destination, answered into answer */
+static void
+call_pending (Fixture     *f,
+              const char  *destination,
+              Answer      *answer,
+              guint       *replies)
+{
+  DBusMessage *m = new_call (destination, "Hang");
+  DBusPendingCall *pending;
+
+  answer->reply = NULL;
+  answer->replies = replies;
+  g_assert_true (dbus_connection_send_with_reply (f->a, m, &pending,
+                                                  DBUS_TIMEOUT_INFINITE));
+  g_assert_true (dbus_pending_call_set_notify (pending, store_answer, answer, NULL));
+  dbus_pending_call_unref (pending);
+  dbus_message_unref (m);
+  pump (f);
+}
+
+/* The daemon's Departed signal: A's pending calls to the departed member's
+ * unique name and to a well-known name it owned end with stock's NoReply
+ * error, newest first; its call to someone else stays pending; the signal
+ * itself is never dispatched; a second Departed, and the daemon's own
+ * NoReply for a call already answered, change nothing. */
+static void
+test_departed (Fixture *f, gconstpointer data)
+{
+  const char *services[] = { "org.dbusmcast.Test.Other", "org.dbusmcast.Test.Owned" };
+  gint64 deadline = g_get_monotonic_time () + TIMEOUT_US;
+  Answer answers[3];
+  guint replies = 0;
+  DBusMessage *m;
+  const char *text;
+  int i;
+
+  if (g_test_failed () || f->a == NULL)
+    return;
+
+  call_pending (f, f->b_name, &answers[0], &replies);
+  call_pending (f, "org.dbusmcast.Test.Owned", &answers[1], &replies);
+  call_pending (f, ":1.9", &answers[2], &replies);
+  for (i = 0; i < 2; i++)
+    {
+      m = next_message (f, f->b);
+      g_assert_true (dbus_message_is_method_call (m, TEST_IFACE, "Hang"));
+      dbus_message_unref (m);
+    }
+
+  send_departed (f, f->b_name, services, G_N_ELEMENTS (services));
+  while (replies < 2)
+    {
+      g_assert_cmpint (g_get_monotonic_time (), <, deadline);
+      pump (f);
+      /* only the errors, never the signal */
+      m = dbus_connection_borrow_message (f->a);
+      if (m == NULL)
+        continue;
+      g_assert_cmpint (dbus_message_get_type (m), ==, DBUS_MESSAGE_TYPE_ERROR);
+      dbus_connection_return_message (f->a, m);
+      dbus_connection_dispatch (f->a);
+    }
+  for (i = 0; i < 2; i++)
+    {
+      m = answers[i].reply;
+      g_assert_cmpint (dbus_message_get_type (m), ==, DBUS_MESSAGE_TYPE_ERROR);
+      g_assert_cmpstr (dbus_message_get_error_name (m), ==, DBUS_ERROR_NO_REPLY);
+      g_assert_cmpstr (dbus_message_get_sender (m), ==, DBUS_SERVICE_DBUS);
+      g_assert_cmpstr (dbus_message_get_destination (m), ==, f->a_name);
+      g_assert_true (dbus_message_get_args (m, NULL, DBUS_TYPE_STRING, &text,
+                                            DBUS_TYPE_INVALID));
+      g_assert_cmpstr (text, ==, DBUS_MCAST_NO_REPLY_TEXT);
+    }
+  /* newest first, as stock sends them */
+  g_assert_cmpuint (answers[1].rank, ==, 1);
+  g_assert_cmpuint (answers[0].rank, ==, 2);
+
+  send_departed (f, f->b_name, services, G_N_ELEMENTS (services));
+  m = driver_message (dbus_message_new_error (answers[0].reply, DBUS_ERROR_NO_REPLY,
+                                              "late"), f->a_name);
+  g_assert_true (dbus_message_set_reply_serial (m, dbus_message_get_reply_serial (answers[0].reply)));
+  send_flush (f, f->a_srv, m);
+  dbus_message_unref (m);
+  assert_no_message (f, f->a, 100);
+  g_assert_cmpuint (replies, ==, 2);
+  g_assert_null (answers[2].reply);
+
+  dbus_message_unref (answers[0].reply);
+  dbus_message_unref (answers[1].reply);
+}
+
 /* While C waits for its Hello reply, the acceptor has admitted it
  * already: A writes to C's name (it learnt it from NameOwnerChanged, say) */
 static void
@@ -863,6 +992,7 @@ main (int argc, char **argv)
   ADD ("/mcast-member/routed/fd", test_routed, "fd");
   ADD ("/mcast-member/routed/large", test_routed, "large");
   ADD ("/mcast-member/broadcast", test_broadcast, NULL);
+  ADD ("/mcast-member/departed", test_departed, NULL);
   ADD ("/mcast-member/early-message", test_early_message, NULL);
   ADD ("/mcast-member/not-offered", test_not_offered, "not offered");
 
