@@ -13,6 +13,7 @@
 
 #include <errno.h>
 #include <string.h>
+#include <linux/filter.h>
 #include <dbus/dbus-connection-internal.h>
 #include <dbus/dbus-internals.h>
 #include <dbus/dbus-mcast-member.h>
@@ -147,6 +148,37 @@ bus_mcast_admission_admit (BusMcastMembers *members,
   return TRUE;
 }
 
+/* A monitor may not send: stock disconnects one that tries, before
+ * anyone gets what it sent.  With @on, @connection's peer's egress filter
+ * sends every group message of it to us alone (UNIX_PEER_EGRESS_FILTER),
+ * where dispatch disconnects it as stock does; without, the filter goes. */
+static dbus_bool_t
+keep_from_group (DBusConnection *connection,
+                 dbus_bool_t     on,
+                 DBusError      *error)
+{
+  struct sock_filter to_us[] = { BPF_STMT (BPF_RET | BPF_K, 0) };
+  struct sock_fprog prog = { 0, NULL };
+  int fd;
+
+  if (on)
+    {
+      prog.len = 1;
+      prog.filter = to_us;
+    }
+
+  if (!dbus_connection_get_socket (connection, &fd))
+    {
+      dbus_set_error (error, DBUS_ERROR_DISCONNECTED,
+                      "%s has no socket", bus_connection_get_name (connection));
+      return FALSE;
+    }
+
+  return set_option (fd, UNIX_PEER_EGRESS_FILTER, &prog, sizeof (prog),
+                     "keep a monitor's messages from the multicast group",
+                     error);
+}
+
 dbus_bool_t
 bus_mcast_admission_monitor (BusMcastMembers *members,
                              DBusConnection  *connection,
@@ -157,18 +189,25 @@ bus_mcast_admission_monitor (BusMcastMembers *members,
 
   /* The member's admission stays, with UNIX_MREQ_DIVERT_WHEN_FULL: a
    * monitor that stops reading already holds nobody back */
-  if (member && !admit (connection, ADMIT_FLAGS, error))
-    return FALSE;
+  if (member &&
+      (!keep_from_group (connection, TRUE, error) ||
+       !admit (connection, ADMIT_FLAGS, error)))
+    goto failed;
 
   if (!bus_mcast_members_become_monitor (members, connection, selective,
                                          error))
-    {
-      /* Back as it was (which fails only if the client has gone) */
-      if (member)
-        admit (connection, ADMIT_FLAGS | UNIX_MREQ_LOOPBACK, NULL);
-      return FALSE;
-    }
+    goto failed;
+
   return TRUE;
+
+ failed:
+  /* Back as it was (which fails only if the client has gone) */
+  if (member)
+    {
+      admit (connection, ADMIT_FLAGS | UNIX_MREQ_LOOPBACK, NULL);
+      keep_from_group (connection, FALSE, NULL);
+    }
+  return FALSE;
 }
 
 #else /* !DBUS_HAVE_MCAST_UAPI */

@@ -67,6 +67,17 @@ arrival_of (DBusMessage *message)
   return (Arrival) (uintptr_t) dbus_message_get_data (message, arrival_slot);
 }
 
+/* Whether the member that sent @message waits for its fence: it came
+ * straight, or it is a call to the bus driver (_dbus_mcast_is_fenced()) */
+static dbus_bool_t
+is_fenced (DBusMessage *message)
+{
+  Arrival arrival = arrival_of (message);
+
+  return arrival == ARRIVED_STRAIGHT ||
+         (arrival == ARRIVED_FROM_GROUP && _dbus_mcast_is_fenced (message));
+}
+
 static void
 send_fence (Fence *fence)
 {
@@ -302,7 +313,7 @@ bus_mcast_routing_for_recipient (DBusConnection *recipient,
 {
   DBusMessage *copy;
 
-  if (arrival_of (message) != ARRIVED_STRAIGHT)
+  if (!is_fenced (message))
     return dbus_message_ref (message);
 
   copy = dbus_message_copy (message);
@@ -361,7 +372,7 @@ bus_mcast_routing_fence (BusMcastRouting *routing,
 {
   Fence *fence;
 
-  if (arrival_of (message) != ARRIVED_STRAIGHT)
+  if (!is_fenced (message))
     return;
 
   fence = dbus_new0 (Fence, 1);

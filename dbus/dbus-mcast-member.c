@@ -382,6 +382,12 @@ _dbus_mcast_member_prepare (DBusMcastMember *member,
           member->prepared_direct = TRUE;
           member->prepared_fence = TRUE;
         }
+
+      /* What a call to the bus driver changes (a match rule, a name)
+       * takes effect before anything we send after it, as on a stock
+       * bus: the daemon fences it too (_dbus_mcast_is_fenced()) */
+      if (_dbus_mcast_is_fenced (message))
+        member->prepared_fence = TRUE;
       break;
 
     case STATE_HELLO_SENT:
@@ -833,6 +839,22 @@ _dbus_mcast_group_can_carry (DBusMessage *message)
 }
 
 /**
+ * Whether a member's message that the group carries is fenced all the
+ * same: a method call to the bus driver.  The member writes nothing after
+ * it until the daemon's Routed signal for it, which the daemon sends once
+ * it has handled it; both decide with this test.
+ *
+ * @param message the message
+ * @returns #TRUE for a call to the bus driver
+ */
+dbus_bool_t
+_dbus_mcast_is_fenced (DBusMessage *message)
+{
+  return dbus_message_get_type (message) == DBUS_MESSAGE_TYPE_METHOD_CALL &&
+         dbus_message_has_destination (message, DBUS_SERVICE_DBUS);
+}
+
+/**
  * The kernel sender id that belongs to a unique name: MAJOR << 32 | MINOR
  * for ":MAJOR.MINOR" as dbus-daemon writes it (decimal, no leading zero,
  * MAJOR not 0).  The daemon sets it on the member it admits, and a
@@ -879,9 +901,15 @@ accept_from_peer (DBusMcastMember *member,
 
   if (destination != NULL && strcmp (destination, member->name) == 0)
     {
-      /* For us: replies only to calls we made, from whom we asked */
-      if (is_reply)
-        return answer_call (member, dbus_message_get_reply_serial (message),
+      dbus_uint32_t reply_serial = dbus_message_get_reply_serial (message);
+
+      /* For us.  A reply to a call we wait for only from whom we asked;
+       * any other is unrequested, which the policy of a bus that
+       * promotes lets through (bus_policy_can_be_filtered()), as stock
+       * delivers it */
+      if (is_reply &&
+          _dbus_hash_table_lookup_uintptr (member->pending, reply_serial) != NULL)
+        return answer_call (member, reply_serial,
                             dbus_message_get_sender (message), FALSE,
                             type == DBUS_MESSAGE_TYPE_METHOD_RETURN);
       return TRUE;

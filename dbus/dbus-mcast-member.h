@@ -13,7 +13,8 @@
  *    alone (SCM_UNIX_DIRECT), and nothing is written after such a message
  *    until the daemon's org.freedesktop.DBus.Mcast.Routed signal for it
  *    has been read (the fence), so per-sender order holds across both
- *    paths;
+ *    paths; a call to the bus driver is fenced too, so that what it
+ *    changes takes effect before anything sent after it;
  *  - for each message from the daemon (kernel sender id 0, trusted): the
  *    Hello reply makes the connection a member and gives its unique name,
  *    the Routed signal lifts the fence and is consumed, replies complete
@@ -96,6 +97,8 @@ DBusMcastVerdict _dbus_mcast_member_from_peer   (DBusMcastMember  *member,
 
 DBUS_PRIVATE_EXPORT
 dbus_bool_t   _dbus_mcast_group_can_carry   (DBusMessage *message);
+DBUS_PRIVATE_EXPORT
+dbus_bool_t   _dbus_mcast_is_fenced         (DBusMessage *message);
 DBUS_PRIVATE_EXPORT
 dbus_uint64_t _dbus_mcast_sender_id_of_name (const char *name);
 

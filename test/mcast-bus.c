@@ -1722,6 +1722,104 @@ test_self (gconstpointer data)
   peer_free (p);
 }
 
+/* ---- what a call to the bus driver changes --------------------------------- */
+
+/* Sends AddMatch(rule) from p without waiting for, or asking for, a reply,
+ * as dbus_bus_add_match() without an error does */
+static void
+add_match_no_reply (Peer        *p,
+                    const gchar *rule)
+{
+  DBusMessage *m = dbus_message_new_method_call (DBUS_SERVICE_DBUS, DBUS_PATH_DBUS,
+                                                 DBUS_INTERFACE_DBUS, "AddMatch");
+
+  g_assert_true (dbus_message_append_args (m, DBUS_TYPE_STRING, &rule, DBUS_TYPE_INVALID));
+  dbus_message_set_no_reply (m, TRUE);
+  peer_send (p, m);
+  dbus_message_unref (m);
+}
+
+/* An AddMatch takes effect before anything its client sends after it,
+ * without waiting for its reply (as QtDBus and dbus-python send it): the
+ * client asks a member service to emit a signal right after, and gets
+ * the signal.  Many rules before the one that matters keep the daemon
+ * busy meanwhile. */
+static void
+test_add_match_order (gconstpointer data)
+{
+  Peer *client = peer_new (peer_kind_from_string (data));
+  Peer *service = peer_new (PEER_MEMBER);
+  DBusMessage *m;
+  guint i;
+
+  for (i = 0; i < 100; i++)
+    {
+      gchar *rule = g_strdup_printf ("type='signal',interface='" TEST_IFACE "',"
+                                     "member='Other%u'", i);
+
+      add_match_no_reply (client, rule);
+      g_free (rule);
+    }
+  add_match_no_reply (client, "type='signal',interface='" TEST_IFACE "',member='Asked'");
+  m = new_call (service->name, "Emit", NULL);
+  dbus_message_set_no_reply (m, TRUE);
+  peer_send (client, m);
+  dbus_message_unref (m);
+
+  dbus_message_unref (peer_wait (service, is_test_call, NULL));
+  m = new_signal (TEST_PATH, TEST_IFACE, "Asked", "", 0);
+  peer_send (service, m);
+  dbus_message_unref (m);
+  m = peer_wait (client, is_signal_named, "Asked");
+  g_assert_cmpstr (dbus_message_get_sender (m), ==, service->name);
+  dbus_message_unref (m);
+
+  peer_free (service);
+  peer_free (client);
+}
+
+static gboolean
+is_owner_change_or_signal (DBusMessage *m, gconstpointer member)
+{
+  return is_owner_change (m, NULL) || is_signal_named (m, member);
+}
+
+/* A client that asks for a name without waiting for the reply and then
+ * signals: an observer sees the name's NameOwnerChanged before the
+ * signal, as stock sends them */
+static void
+test_request_name_order (gconstpointer data)
+{
+  const gchar *name = "org.dbusmcast.BusTest.Ordered";
+  Peer *owner = peer_new (peer_kind_from_string (data));
+  Peer *observer = peer_new (PEER_MEMBER);
+  DBusMessage *m;
+  guint32 flags = 0;
+
+  watch_owner (observer, name);
+  peer_add_match (observer, "type='signal',interface='" TEST_IFACE "',member='AfterName'");
+  m = dbus_message_new_method_call (DBUS_SERVICE_DBUS, DBUS_PATH_DBUS,
+                                    DBUS_INTERFACE_DBUS, "RequestName");
+  g_assert_true (dbus_message_append_args (m, DBUS_TYPE_STRING, &name,
+                                           DBUS_TYPE_UINT32, &flags, DBUS_TYPE_INVALID));
+  dbus_message_set_no_reply (m, TRUE);
+  peer_send (owner, m);
+  dbus_message_unref (m);
+  m = new_signal (TEST_PATH, TEST_IFACE, "AfterName", "", 0);
+  peer_send (owner, m);
+  dbus_message_unref (m);
+
+  m = peer_wait (observer, is_owner_change_or_signal, "AfterName");
+  g_assert_true (is_owner_change (m, NULL));
+  dbus_message_unref (m);
+  m = peer_wait (observer, is_owner_change_or_signal, "AfterName");
+  g_assert_true (is_signal_named (m, "AfterName"));
+  dbus_message_unref (m);
+
+  peer_free (observer);
+  peer_free (owner);
+}
+
 /* ---- a callee that leaves without replying --------------------------------- */
 
 static gboolean
@@ -2418,6 +2516,65 @@ test_bad_packets (gconstpointer data)
   peer_free (c);
 }
 
+/* A monitor may not send: stock disconnects one that tries, before
+ * anyone receives what it sent.  A raw member that became a monitor sends
+ * a signal a member's rule matches and a call to that member: the member
+ * gets neither, and the daemon hangs up on the monitor. */
+static void
+test_monitor_sends (gconstpointer data)
+{
+  const char *no_rules[] = { NULL };
+  const char **rules = no_rules;
+  dbus_uint32_t flags = 0;
+  Peer *listener, *other;
+  DBusMessage *m;
+  GBytes *packet;
+  gint64 deadline;
+  gchar *bytes;
+  int len;
+  Raw *r;
+
+  if (skip_unless_mcast ())
+    return;
+  r = raw_new (bus_address);
+  listener = peer_new (PEER_MEMBER);
+  other = peer_new (PEER_MEMBER);
+  peer_add_match (listener, "type='signal',interface='" TEST_IFACE "'");
+
+  m = dbus_message_new_method_call (DBUS_SERVICE_DBUS, DBUS_PATH_DBUS,
+                                    "org.freedesktop.DBus.Monitoring", "BecomeMonitor");
+  g_assert_true (dbus_message_append_args (m, DBUS_TYPE_ARRAY, DBUS_TYPE_STRING, &rules, 0,
+                                           DBUS_TYPE_UINT32, &flags, DBUS_TYPE_INVALID));
+  dbus_message_unref (raw_wait (r, is_reply_to, GUINT_TO_POINTER (raw_send (r, m, NULL))));
+  dbus_message_unref (m);
+
+  m = new_signal (TEST_PATH, TEST_IFACE, "FromMonitor", "", 0);
+  raw_send (r, m, NULL);
+  dbus_message_unref (m);
+  /* the daemon may have hung up already */
+  m = new_call (listener->name, "FromMonitor", "");
+  bytes = raw_marshal (r, m, NULL, &len);
+  (void) send (r->fd, bytes, len, MSG_NOSIGNAL);
+  g_free (bytes);
+  dbus_message_unref (m);
+
+  /* what it got as a monitor, then the end */
+  deadline = g_get_monotonic_time () + TIMEOUT_US;
+  while ((packet = raw_recv_packet (r, 100)) == NULL ||
+         g_bytes_get_size (packet) > 0)
+    {
+      g_assert_cmpint (g_get_monotonic_time (), <, deadline);
+      if (packet != NULL)
+        g_bytes_unref (packet);
+    }
+  g_bytes_unref (packet);
+
+  assert_nothing_before_fence (other, listener);
+  raw_free (r);
+  peer_free (listener);
+  peer_free (other);
+}
+
 /* The raw member tries to widen what it receives: replace its peer
  * filter, detach filters, change its sender id.  Each fails or has no
  * effect: a unicast between two others still does not reach it. */
@@ -2473,19 +2630,21 @@ is_reply_or_fence (DBusMessage *m, gconstpointer data)
       dbus_message_is_signal (m, TEST_IFACE, "Fence");
 }
 
-/* Replies nobody asked for, from a member to a member: to a serial the
- * victim never used, and a second reply to a call already answered.  The
- * victim's libdbus drops them (design.md, "What a member's libdbus
- * checks").  Members only: on the classic path stock dbus-daemon delivers
- * them under the session policy, whose <allow send_destination="*"
- * eavesdrop="true"/> also allows unrequested replies (bus/policy.c). */
+/* Replies to a member from a hand-made member.  Those nobody asked for
+ * (to a serial the victim never used, a second reply to a call already
+ * answered) reach it, as stock delivers them under the session policy,
+ * whose <allow send_destination="*" eavesdrop="true"/> allows unrequested
+ * replies (bus/policy.c), in order; those signed as another member, and a
+ * reply to a call the victim waits for from someone else than the callee,
+ * do not (design.md, "What a member's libdbus checks"): the callee's
+ * reply still answers that call. */
 static void
 test_unsolicited_reply (gconstpointer data)
 {
   Raw *r;
   Peer *victim, *server;
-  DBusMessage *call, *reply;
-  dbus_uint32_t answered;
+  DBusMessage *call, *reply, *m;
+  dbus_uint32_t answered, waiting;
   dbus_uint32_t serials[2];
   guint i;
 
@@ -2501,29 +2660,31 @@ test_unsolicited_reply (gconstpointer data)
   dbus_message_unref (serve_one (server));
   reply = peer_wait (victim, is_reply_to, GUINT_TO_POINTER (answered));
   dbus_message_unref (reply);
+  call = new_call (server->name, "Echo", "later");
+  waiting = peer_send (victim, call);
+  dbus_message_unref (call);
 
   serials[0] = 0x7ffffff0;
   serials[1] = answered;
-  for (i = 0; i < G_N_ELEMENTS (serials); i++)
+  for (i = 0; i <= G_N_ELEMENTS (serials); i++)
     {
-      DBusMessage *m = dbus_message_new (DBUS_MESSAGE_TYPE_METHOD_RETURN);
-
+      m = dbus_message_new (DBUS_MESSAGE_TYPE_METHOD_RETURN);
       dbus_message_set_destination (m, victim->name);
-      dbus_message_set_reply_serial (m, serials[i]);
-      raw_send (r, m, NULL);
-      /* the same claiming to come from the server */
+      dbus_message_set_reply_serial (m, i < G_N_ELEMENTS (serials) ? serials[i] : waiting);
+      /* signed as the server: dropped */
       raw_send (r, m, server->name);
+      if (i < G_N_ELEMENTS (serials))
+        raw_send (r, m, NULL);
       dbus_message_unref (m);
       m = dbus_message_new (DBUS_MESSAGE_TYPE_ERROR);
       dbus_message_set_destination (m, victim->name);
-      dbus_message_set_reply_serial (m, serials[i]);
+      dbus_message_set_reply_serial (m, i < G_N_ELEMENTS (serials) ? serials[i] : waiting);
       dbus_message_set_error_name (m, TEST_ERROR);
       raw_send (r, m, NULL);
       dbus_message_unref (m);
     }
-  raw_roundtrip (r, server);
 
-  /* the raw client's fence arrives, no reply before it */
+  /* the raw client's fence follows them */
   {
     DBusMessage *fence = new_signal (TEST_PATH, TEST_IFACE, "Fence", "", 0);
 
@@ -2531,16 +2692,34 @@ test_unsolicited_reply (gconstpointer data)
     raw_send (r, fence, NULL);
     dbus_message_unref (fence);
   }
+  for (i = 0; i < 2 * G_N_ELEMENTS (serials); i++)
+    {
+      reply = peer_wait (victim, is_reply_or_fence, NULL);
+      g_assert_cmpstr (dbus_message_get_sender (reply), ==, r->name);
+      g_assert_cmpuint (dbus_message_get_reply_serial (reply), ==, serials[i / 2]);
+      g_assert_cmpint (dbus_message_get_type (reply), ==,
+                       i % 2 == 0 ? DBUS_MESSAGE_TYPE_METHOD_RETURN : DBUS_MESSAGE_TYPE_ERROR);
+      dbus_message_unref (reply);
+    }
   reply = peer_wait (victim, is_reply_or_fence, NULL);
   if (!dbus_message_is_signal (reply, TEST_IFACE, "Fence"))
-    g_error ("%s received an unsolicited %s (reply serial %u, sender %s)", victim->name,
+    g_error ("%s received a forged or spoofed %s (reply serial %u, sender %s)", victim->name,
              dbus_message_type_to_string (dbus_message_get_type (reply)),
              dbus_message_get_reply_serial (reply), dbus_message_get_sender (reply));
   dbus_message_unref (reply);
+
+  /* the call still waits for the server */
+  dbus_message_unref (serve_one (server));
+  reply = peer_wait (victim, is_reply_to, GUINT_TO_POINTER (waiting));
+  g_assert_cmpstr (dbus_message_get_sender (reply), ==, server->name);
+  assert_echo (reply, "later");
+  dbus_message_unref (reply);
+
   raw_free (r);
   peer_free (victim);
   peer_free (server);
 }
+
 /* ---- a bus with a deny rule ------------------------------------------------ */
 
 /* Its clients stay classic, and the deny rule holds */
@@ -3070,6 +3249,11 @@ main (int    argc,
     ADDF (test_names, triples_names[i], "/names/%s", triples_names[i]);
   ADD ("/no-reply/disconnect/monitored/member-member", test_no_reply_monitored,
        "member-member");
+  for (i = 0; i < G_N_ELEMENTS (kinds); i++)
+    {
+      ADDF (test_add_match_order, kinds[i], "/order/add-match/%s", kinds[i]);
+      ADDF (test_request_name_order, kinds[i], "/order/request-name/%s", kinds[i]);
+    }
   ADD ("/self/member", test_self, "member");
   ADD ("/self/classic", test_self, "classic");
   for (i = 0; i < G_N_ELEMENTS (libdbus_pairs); i++)
@@ -3103,6 +3287,7 @@ main (int    argc,
   ADD ("/isolation/flushing-pair", test_flushing_pair, NULL);
   ADD ("/isolation/eavesdropper", test_eavesdropper, NULL);
   ADD ("/monitor/stalled", test_monitor_stalled, NULL);
+  ADD ("/security/raw/monitor-sends", test_monitor_sends, NULL);
   for (i = 0; i < G_N_ELEMENTS (kinds); i++)
     ADDF (test_monitor_reading, kinds[i], "/monitor/reading/%s", kinds[i]);
 
