@@ -18,6 +18,7 @@
 #include <dbus/dbus-internals.h>
 #include <dbus/dbus-mcast-member.h>
 #include <dbus/dbus-mcast-uapi.h>
+#include <dbus/dbus-seqpacket-io.h>
 #include <dbus/dbus-server-socket.h>
 #include <dbus/dbus-sysdeps.h>
 #include "connection.h"
@@ -25,9 +26,13 @@
 void
 bus_mcast_admission_configure (BusMcastMembers *members,
                                DBusList        *servers,
-                               BusPolicy       *policy)
+                               BusPolicy       *policy,
+                               const BusLimits *limits)
 {
-  dbus_bool_t offered = bus_policy_can_be_filtered (policy);
+  /* A member sends a message of up to a packet through the group, where
+   * nobody could refuse one over a smaller limit as stock does */
+  dbus_bool_t offered = bus_policy_can_be_filtered (policy) &&
+                        limits->max_message_size >= DBUS_SEQPACKET_FRAGMENT_SIZE;
   DBusList *link;
 
   for (link = _dbus_list_get_first_link (&servers);

@@ -68,7 +68,8 @@ arrival_of (DBusMessage *message)
 }
 
 /* Whether the member that sent @message waits for its fence: it came
- * straight, or it is a call to the bus driver (_dbus_mcast_is_fenced()) */
+ * straight, or it is a call to the bus driver that changes what the
+ * daemon routes (_dbus_mcast_is_fenced()) */
 static dbus_bool_t
 is_fenced (DBusMessage *message)
 {

@@ -385,7 +385,7 @@ _dbus_mcast_member_prepare (DBusMcastMember *member,
 
       /* What a call to the bus driver changes (a match rule, a name)
        * takes effect before anything we send after it, as on a stock
-       * bus: the daemon fences it too (_dbus_mcast_is_fenced()) */
+       * bus: the daemon fences such a call too (_dbus_mcast_is_fenced()) */
       if (_dbus_mcast_is_fenced (message))
         member->prepared_fence = TRUE;
       break;
@@ -840,18 +840,35 @@ _dbus_mcast_group_can_carry (DBusMessage *message)
 
 /**
  * Whether a member's message that the group carries is fenced all the
- * same: a method call to the bus driver.  The member writes nothing after
- * it until the daemon's Routed signal for it, which the daemon sends once
- * it has handled it; both decide with this test.
+ * same: a call to the bus driver that changes what the daemon routes
+ * (match rules, names, monitoring).  The member writes nothing after it
+ * until the daemon's Routed signal for it, which the daemon sends once it
+ * has handled it; both decide with this test.  Other driver calls are not
+ * fenced: the daemon keeps StartServiceByName until the service has
+ * started, and the member must be able to write meanwhile.
  *
  * @param message the message
- * @returns #TRUE for a call to the bus driver
+ * @returns #TRUE for such a call
  */
 dbus_bool_t
 _dbus_mcast_is_fenced (DBusMessage *message)
 {
-  return dbus_message_get_type (message) == DBUS_MESSAGE_TYPE_METHOD_CALL &&
-         dbus_message_has_destination (message, DBUS_SERVICE_DBUS);
+  static const char * const changes[] = {
+    "AddMatch", "RemoveMatch", "RequestName", "ReleaseName"
+  };
+  int i;
+
+  if (dbus_message_is_method_call (message, DBUS_INTERFACE_MONITORING,
+                                   "BecomeMonitor"))
+    return dbus_message_has_destination (message, DBUS_SERVICE_DBUS);
+
+  for (i = 0; i < _DBUS_N_ELEMENTS (changes); i++)
+    {
+      if (is_driver_call (message, changes[i]))
+        return TRUE;
+    }
+
+  return FALSE;
 }
 
 /**

@@ -13,8 +13,9 @@
  *    alone (SCM_UNIX_DIRECT), and nothing is written after such a message
  *    until the daemon's org.freedesktop.DBus.Mcast.Routed signal for it
  *    has been read (the fence), so per-sender order holds across both
- *    paths; a call to the bus driver is fenced too, so that what it
- *    changes takes effect before anything sent after it;
+ *    paths; a call to the bus driver that changes match rules, names or
+ *    monitoring is fenced too, so that it takes effect before anything
+ *    sent after it;
  *  - for each message from the daemon (kernel sender id 0, trusted): the
  *    Hello reply makes the connection a member and gives its unique name,
  *    the Routed signal lifts the fence and is consumed, replies complete

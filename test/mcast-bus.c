@@ -68,12 +68,15 @@
 #define OTHER_IFACE "org.dbusmcast.BusTest.Other"
 #define TEST_PATH "/org/dbusmcast/BusTest"
 #define TEST_ERROR "org.dbusmcast.BusTest.Error.Failed"
+/* Must match the max_message_size test/bus/run gives the small bus */
+#define SMALL_MESSAGE_LIMIT 16384
 /* Must match the <deny> rule run-bus-vm writes into the restricted bus */
 #define DENIED_IFACE "org.dbusmcast.BusTest.Denied"
 
 static const gchar *bus_address;
 static const gchar *restricted_address;
 static const gchar *limited_address;
+static const gchar *small_address;
 static const gchar *activatable_name;
 
 /* The entries of a bus address list with the given transport */
@@ -2765,6 +2768,51 @@ test_restricted (gconstpointer data)
   peer_free (b);
 }
 
+/* A bus whose max_message_size is smaller than a packet keeps its
+ * unixseq: clients classic: a member's message of up to a packet goes
+ * through the group, where nobody could refuse one over the limit.  Over
+ * it, the daemon disconnects the sender, as stock does, and the receiver
+ * gets nothing. */
+static void
+test_small_messages (gconstpointer data)
+{
+  gint64 deadline = g_get_monotonic_time () + TIMEOUT_US;
+  Peer *a, *b, *c;
+  DBusMessage *m;
+  gchar *text;
+  Raw *r;
+
+  if (small_address == NULL)
+    {
+      g_test_skip ("DBUS_MCAST_TEST_SMALL_ADDRESS is not set");
+      return;
+    }
+  a = peer_new_on (PEER_MEMBER, small_address);
+  b = peer_new_on (PEER_MEMBER, small_address);
+  c = peer_new_on (PEER_MEMBER, small_address);
+  r = raw_new (small_address);
+  g_assert_false (r->promoted);
+  if (kernel_has_mcast ())
+    g_assert_cmpuint (get_stat (a, "MulticastMembers"), ==, 0);
+  echo_roundtrip (a, b, "small enough");
+
+  text = g_strnfill (SMALL_MESSAGE_LIMIT, 'x');
+  m = new_call (b->name, "Echo", text);
+  g_free (text);
+  g_assert_true (dbus_connection_send (a->dc, m, NULL));
+  dbus_message_unref (m);
+  dbus_connection_flush (a->dc);
+  while (dbus_connection_read_write (a->dc, 100))
+    g_assert_cmpint (g_get_monotonic_time (), <, deadline);
+  g_assert_false (dbus_connection_get_is_connected (a->dc));
+  assert_nothing_before_fence (c, b);
+
+  raw_free (r);
+  peer_free (a);
+  peer_free (b);
+  peer_free (c);
+}
+
 /* ---- monitors --------------------------------------------------------------- */
 
 static void
@@ -3209,6 +3257,7 @@ main (int    argc,
   bus_address = g_getenv ("DBUS_SESSION_BUS_ADDRESS");
   restricted_address = g_getenv ("DBUS_MCAST_TEST_RESTRICTED_ADDRESS");
   limited_address = g_getenv ("DBUS_MCAST_TEST_LIMITED_ADDRESS");
+  small_address = g_getenv ("DBUS_MCAST_TEST_SMALL_ADDRESS");
   activatable_name = g_getenv ("DBUS_MCAST_TEST_ACTIVATABLE");
   if (bus_address == NULL || g_getenv ("DBUS_MCAST_STAGE") == NULL)
     {
@@ -3279,6 +3328,7 @@ main (int    argc,
   ADD ("/security/raw/filter-tamper", test_filter_tamper, NULL);
   ADD ("/security/raw/unsolicited-reply", test_unsolicited_reply, NULL);
   ADD ("/policy/restricted", test_restricted, NULL);
+  ADD ("/limits/max-message-size", test_small_messages, NULL);
   for (i = 0; i < G_N_ELEMENTS (triples_stalled); i++)
     ADDF (test_stalled_subscriber, triples_stalled[i], "/isolation/stalled-subscriber/%s",
           triples_stalled[i]);
