@@ -30,9 +30,12 @@ bus_mcast_admission_configure (BusMcastMembers *members,
                                const BusLimits *limits)
 {
   /* A member sends a message of up to a packet through the group, where
-   * nobody could refuse one over a smaller limit as stock does */
+   * nobody could refuse one over a smaller limit as stock does; calls
+   * between members do not pass the daemon, which could not time them
+   * out */
   dbus_bool_t offered = bus_policy_can_be_filtered (policy) &&
-                        limits->max_message_size >= DBUS_SEQPACKET_FRAGMENT_SIZE;
+                        limits->max_message_size >= DBUS_SEQPACKET_FRAGMENT_SIZE &&
+                        limits->reply_timeout < 0;
   DBusList *link;
 
   for (link = _dbus_list_get_first_link (&servers);

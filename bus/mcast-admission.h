@@ -7,10 +7,11 @@
  * listening socket is a kernel group and the bus policy can be enforced
  * without the daemon looking at each message: no rule denies sending,
  * receiving or eavesdropping, and everything is allowed by default
- * (bus_policy_can_be_filtered(), bus/policy.c), and the bus's
+ * (bus_policy_can_be_filtered(), bus/policy.c), the bus's
  * max_message_size is at least one packet (a member's message up to that
- * size goes through the group, where the daemon cannot refuse it).  At
- * Hello, a client that
+ * size goes through the group, where the daemon cannot refuse it), and
+ * it has no reply_timeout (the daemon does not see calls between members
+ * to time them out).  At Hello, a client that
  * agreed gets, in this order, its kernel sender id, its peer filter, the
  * daemon's copy filter on its connection, and admission with
  * UNIX_MREQ_SEND_TO_PEER and UNIX_MREQ_DIVERT_WHEN_FULL, all before the

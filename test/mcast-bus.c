@@ -70,6 +70,8 @@
 #define TEST_ERROR "org.dbusmcast.BusTest.Error.Failed"
 /* Must match the max_message_size test/bus/run gives the small bus */
 #define SMALL_MESSAGE_LIMIT 16384
+/* Must match the reply_timeout test/bus/run gives the timed bus */
+#define REPLY_TIMEOUT_MS 2000
 /* Must match the <deny> rule run-bus-vm writes into the restricted bus */
 #define DENIED_IFACE "org.dbusmcast.BusTest.Denied"
 
@@ -77,6 +79,7 @@ static const gchar *bus_address;
 static const gchar *restricted_address;
 static const gchar *limited_address;
 static const gchar *small_address;
+static const gchar *timed_address;
 static const gchar *activatable_name;
 
 /* The entries of a bus address list with the given transport */
@@ -2820,6 +2823,48 @@ test_small_messages (gconstpointer data)
   peer_free (c);
 }
 
+/* A bus with a reply timeout keeps its unixseq: clients classic: calls
+ * between members would not pass the daemon, which times them out.  A
+ * call nobody answers gets stock's NoReply from the daemon after the
+ * timeout. */
+static void
+test_reply_timeout (gconstpointer data)
+{
+  Peer *a, *b;
+  DBusMessage *m;
+  const char *text = NULL;
+  dbus_uint32_t serial;
+  gint64 start;
+  Raw *r;
+
+  if (timed_address == NULL)
+    {
+      g_test_skip ("DBUS_MCAST_TEST_TIMED_ADDRESS is not set");
+      return;
+    }
+  a = peer_new_on (PEER_MEMBER, timed_address);
+  b = peer_new_on (PEER_MEMBER, timed_address);
+  r = raw_new (timed_address);
+  assert_no_promotion (r, a);
+
+  m = new_call (b->name, "Hang", NULL);
+  start = g_get_monotonic_time ();
+  serial = peer_send (a, m);
+  dbus_message_unref (m);
+  dbus_message_unref (peer_wait (b, is_test_call, NULL));
+  m = peer_wait (a, is_reply_to, GUINT_TO_POINTER (serial));
+  g_assert_cmpint (g_get_monotonic_time () - start, >=, REPLY_TIMEOUT_MS * 1000);
+  g_assert_cmpstr (dbus_message_get_error_name (m), ==, DBUS_ERROR_NO_REPLY);
+  g_assert_cmpstr (dbus_message_get_sender (m), ==, DBUS_SERVICE_DBUS);
+  g_assert_true (dbus_message_get_args (m, NULL, DBUS_TYPE_STRING, &text, DBUS_TYPE_INVALID));
+  g_assert_cmpstr (text, ==, "Message did not receive a reply (timeout by message bus)");
+  dbus_message_unref (m);
+
+  raw_free (r);
+  peer_free (a);
+  peer_free (b);
+}
+
 /* ---- monitors --------------------------------------------------------------- */
 
 static void
@@ -3265,6 +3310,7 @@ main (int    argc,
   restricted_address = g_getenv ("DBUS_MCAST_TEST_RESTRICTED_ADDRESS");
   limited_address = g_getenv ("DBUS_MCAST_TEST_LIMITED_ADDRESS");
   small_address = g_getenv ("DBUS_MCAST_TEST_SMALL_ADDRESS");
+  timed_address = g_getenv ("DBUS_MCAST_TEST_TIMED_ADDRESS");
   activatable_name = g_getenv ("DBUS_MCAST_TEST_ACTIVATABLE");
   if (bus_address == NULL || g_getenv ("DBUS_MCAST_STAGE") == NULL)
     {
@@ -3336,6 +3382,7 @@ main (int    argc,
   ADD ("/security/raw/unsolicited-reply", test_unsolicited_reply, NULL);
   ADD ("/policy/restricted", test_restricted, NULL);
   ADD ("/limits/max-message-size", test_small_messages, NULL);
+  ADD ("/limits/reply-timeout", test_reply_timeout, NULL);
   for (i = 0; i < G_N_ELEMENTS (triples_stalled); i++)
     ADDF (test_stalled_subscriber, triples_stalled[i], "/isolation/stalled-subscriber/%s",
           triples_stalled[i]);
