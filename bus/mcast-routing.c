@@ -114,6 +114,13 @@ fence_free (Fence *fence)
   dbus_free (fence);
 }
 
+static void
+departure_free (Departure *departure)
+{
+  dbus_message_unref (departure->signal);
+  dbus_free (departure);
+}
+
 /* Sends @data, a Departure, to the member @connection (not a monitor:
  * monitors make no calls) behind the group copies the kernel diverted
  * from it so far, which may hold the departed member's last messages */
@@ -158,8 +165,7 @@ send_due_fences (void *data)
   while ((departure = _dbus_list_pop_first (&routing->departures)) != NULL)
     {
       bus_mcast_members_foreach (departure->members, send_departure, departure);
-      dbus_message_unref (departure->signal);
-      dbus_free (departure);
+      departure_free (departure);
     }
 
   _dbus_timeout_disable (routing->send_fences);
@@ -232,10 +238,7 @@ bus_mcast_routing_free (BusMcastRouting *routing)
 
   /* The members are gone: nobody is owed a departure */
   while ((departure = _dbus_list_pop_first (&routing->departures)) != NULL)
-    {
-      dbus_message_unref (departure->signal);
-      dbus_free (departure);
-    }
+    departure_free (departure);
 
   send_due_fences (routing);
   _dbus_loop_remove_timeout (routing->loop, routing->send_fences);

@@ -175,6 +175,21 @@ held_written (void *data)
   copy_written (member);
 }
 
+#ifdef DBUS_HAVE_MCAST_UAPI
+/* @held, with its member and its seq set, keeps @copy behind the
+ * diverted copies up to that seq and the member diverted until @copy is
+ * written (held_written()).  Cannot fail. */
+static void
+attach_held (Held        *held,
+             DBusMessage *copy)
+{
+  member_ref (held->member);
+  held->member->outstanding += 1;
+  while (!dbus_message_set_data (copy, hold_slot, held, held_written))
+    _dbus_wait_for_memory ();
+}
+#endif
+
 /* Sends the parked copies whose preceding diverted copies are all
  * queued now */
 /* Takes the first parked copy of @member off its list: sends it with its
@@ -508,11 +523,7 @@ bus_mcast_spill_hold (BusMcastSpill  *spill,
     }
 
   /* Diverted now: what follows must not fail */
-  member_ref (held->member);
-  held->member->outstanding += 1;
-  while (!dbus_message_set_data (copy, hold_slot, held, held_written))
-    _dbus_wait_for_memory ();
-
+  attach_held (held, copy);
   spill->stats.holds += 1;
   return TRUE;
 
@@ -594,11 +605,9 @@ bus_mcast_spill_send_behind (BusMcastSpill  *spill,
         _dbus_wait_for_memory ();
       while ((held->link = _dbus_list_alloc_link (held)) == NULL)
         _dbus_wait_for_memory ();
-      held->member = member_ref (member);
+      held->member = member;
       held->after = after;
-      member->outstanding += 1;
-      while (!dbus_message_set_data (message, hold_slot, held, held_written))
-        _dbus_wait_for_memory ();
+      attach_held (held, message);
     }
 #endif
 
