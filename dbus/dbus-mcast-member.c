@@ -36,12 +36,9 @@ typedef enum
  * AddMatch/RemoveMatch the daemon may still refuse */
 typedef struct
 {
-  /** Who may answer besides the daemon: the unique name or
-   * org.freedesktop.DBus the call was addressed to (no member can claim
-   * the latter), or #NULL for any member (a well-known name) */
-  char *expected_sender;
-  /** The well-known name the call was addressed to, or #NULL */
-  char *service;
+  /** The name the call was addressed to, or #NULL: who may answer it
+   * (answered_by_destination()) */
+  char *destination;
   /** For AddMatch/RemoveMatch: the rule, or #NULL */
   DBusMatchRule *rule;
   /** For AddMatch: a link holding a reference to rule, ready to join the
@@ -91,8 +88,7 @@ pending_call_free (void *data)
     }
   if (call->rule != NULL)
     _dbus_match_rule_unref (call->rule);
-  dbus_free (call->expected_sender);
-  dbus_free (call->service);
+  dbus_free (call->destination);
   dbus_free (call);
 }
 
@@ -201,18 +197,8 @@ track_call (DBusMcastMember *member,
     return NULL;
 
   if (destination != NULL &&
-      (destination[0] == ':' || strcmp (destination, DBUS_SERVICE_DBUS) == 0))
-    {
-      call->expected_sender = _dbus_strdup (destination);
-      if (call->expected_sender == NULL)
-        goto oom;
-    }
-  else if (destination != NULL)
-    {
-      call->service = _dbus_strdup (destination);
-      if (call->service == NULL)
-        goto oom;
-    }
+      (call->destination = _dbus_strdup (destination)) == NULL)
+    goto oom;
 
   if ((add_match || is_driver_call (message, "RemoveMatch")) &&
       dbus_message_get_args (message, NULL, DBUS_TYPE_STRING, &text,
@@ -277,6 +263,18 @@ apply_rule (DBusMcastMember *member,
   call->applied = TRUE;
 }
 
+/* Whether only the peer @call was addressed to may answer it besides the
+ * daemon: a unique name, or org.freedesktop.DBus (which no member can
+ * claim).  Any member may answer a call to a well-known name: the peer
+ * filter held the name at its owner. */
+static dbus_bool_t
+answered_by_destination (const PendingCall *call)
+{
+  return call->destination != NULL &&
+         (call->destination[0] == ':' ||
+          strcmp (call->destination, DBUS_SERVICE_DBUS) == 0);
+}
+
 /* A reply to serial arrived from sender.  Returns whether it answers a
  * call we made and that sender may answer; if so the call is complete. */
 static dbus_bool_t
@@ -291,9 +289,8 @@ answer_call (DBusMcastMember *member,
   if (call == NULL)
     return FALSE;
 
-  if (!from_daemon &&
-      call->expected_sender != NULL &&
-      (sender == NULL || strcmp (call->expected_sender, sender) != 0))
+  if (!from_daemon && answered_by_destination (call) &&
+      (sender == NULL || strcmp (call->destination, sender) != 0))
     return FALSE;
 
   if (call->become_monitor && from_daemon && is_return &&
@@ -496,12 +493,15 @@ departed_was_callee (PendingCall  *call,
 {
   int i;
 
-  if (call->expected_sender != NULL)
-    return strcmp (call->expected_sender, name) == 0;
+  if (call->destination == NULL)
+    return FALSE;
 
-  for (i = 0; call->service != NULL && i < n_services; i++)
+  if (answered_by_destination (call))
+    return strcmp (call->destination, name) == 0;
+
+  for (i = 0; i < n_services; i++)
     {
-      if (strcmp (call->service, services[i]) == 0)
+      if (strcmp (call->destination, services[i]) == 0)
         return TRUE;
     }
 
