@@ -2726,13 +2726,16 @@ test_unsolicited_reply (gconstpointer data)
   peer_free (server);
 }
 
-/* On a bus that does not promote: the hand-made client's
- * NEGOTIATE_MULTICAST was refused, and p sees no member */
+/* The bus at address does not promote: a hand-made client's
+ * NEGOTIATE_MULTICAST is refused, and p, its client, sees no member */
 static void
-assert_no_promotion (Raw  *r,
-                     Peer *p)
+assert_no_promotion (const gchar *address,
+                     Peer        *p)
 {
+  Raw *r = raw_new (address);
+
   g_assert_false (r->promoted);
+  raw_free (r);
   if (kernel_has_mcast ())
     g_assert_cmpuint (get_stat (p, "MulticastMembers"), ==, 0);
 }
@@ -2754,8 +2757,8 @@ test_restricted (gconstpointer data)
     }
   a = peer_new_on (PEER_MEMBER, restricted_address);
   b = peer_new_on (PEER_MEMBER, restricted_address);
+  assert_no_promotion (restricted_address, a);
   r = raw_new (restricted_address);
-  assert_no_promotion (r, a);
   echo_roundtrip (a, b, "allowed");
 
   m = dbus_message_new_method_call (b->name, TEST_PATH, DENIED_IFACE, "Echo");
@@ -2792,7 +2795,6 @@ test_small_messages (gconstpointer data)
   Peer *a, *b, *c;
   DBusMessage *m;
   gchar *text;
-  Raw *r;
 
   if (small_address == NULL)
     {
@@ -2802,8 +2804,7 @@ test_small_messages (gconstpointer data)
   a = peer_new_on (PEER_MEMBER, small_address);
   b = peer_new_on (PEER_MEMBER, small_address);
   c = peer_new_on (PEER_MEMBER, small_address);
-  r = raw_new (small_address);
-  assert_no_promotion (r, a);
+  assert_no_promotion (small_address, a);
   echo_roundtrip (a, b, "small enough");
 
   text = g_strnfill (SMALL_MESSAGE_LIMIT, 'x');
@@ -2817,7 +2818,6 @@ test_small_messages (gconstpointer data)
   g_assert_false (dbus_connection_get_is_connected (a->dc));
   assert_nothing_before_fence (c, b);
 
-  raw_free (r);
   peer_free (a);
   peer_free (b);
   peer_free (c);
@@ -2835,7 +2835,6 @@ test_reply_timeout (gconstpointer data)
   const char *text = NULL;
   dbus_uint32_t serial;
   gint64 start;
-  Raw *r;
 
   if (timed_address == NULL)
     {
@@ -2844,8 +2843,7 @@ test_reply_timeout (gconstpointer data)
     }
   a = peer_new_on (PEER_MEMBER, timed_address);
   b = peer_new_on (PEER_MEMBER, timed_address);
-  r = raw_new (timed_address);
-  assert_no_promotion (r, a);
+  assert_no_promotion (timed_address, a);
 
   m = new_call (b->name, "Hang", NULL);
   start = g_get_monotonic_time ();
@@ -2860,7 +2858,6 @@ test_reply_timeout (gconstpointer data)
   g_assert_cmpstr (text, ==, "Message did not receive a reply (timeout by message bus)");
   dbus_message_unref (m);
 
-  raw_free (r);
   peer_free (a);
   peer_free (b);
 }
