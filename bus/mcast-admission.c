@@ -19,15 +19,16 @@
 #include <dbus/dbus-mcast-member.h>
 #include <dbus/dbus-mcast-uapi.h>
 #include <dbus/dbus-seqpacket-io.h>
-#include <dbus/dbus-server-socket.h>
 #include <dbus/dbus-sysdeps.h>
 #include "connection.h"
+#include "mcast-observer.h"
 
 void
-bus_mcast_admission_configure (BusMcastMembers *members,
-                               DBusList        *servers,
-                               BusPolicy       *policy,
-                               const BusLimits *limits)
+bus_mcast_admission_configure (BusMcastMembers  *members,
+                               BusMcastObserver *observer,
+                               DBusList         *servers,
+                               BusPolicy        *policy,
+                               const BusLimits  *limits)
 {
   /* A member sends a message of up to a packet through the group, where
    * nobody could refuse one over a smaller limit as stock does; calls
@@ -36,13 +37,8 @@ bus_mcast_admission_configure (BusMcastMembers *members,
   dbus_bool_t offered = bus_policy_can_be_filtered (policy) &&
                         limits->max_message_size >= DBUS_SEQPACKET_FRAGMENT_SIZE &&
                         limits->reply_timeout < 0;
-  DBusList *link;
 
-  for (link = _dbus_list_get_first_link (&servers);
-       link != NULL;
-       link = _dbus_list_get_next_link (&servers, link))
-    _dbus_server_socket_set_mcast_offered (link->data, offered);
-
+  bus_mcast_observer_offer (observer, servers, offered);
   if (!offered)
     bus_mcast_members_close_all (members);
 }

@@ -11,7 +11,8 @@
  * max_message_size is at least one packet (a member's message up to that
  * size goes through the group, where the daemon cannot refuse it), and
  * it has no reply_timeout (the daemon does not see calls between members
- * to time them out).  At Hello, a client that
+ * to time them out).  On a group it offers promotion once its own member
+ * is in (mcast-observer.h).  At Hello, a client that
  * agreed gets, in this order, its kernel sender id, its peer filter, the
  * daemon's copy filter on its connection, and admission with
  * UNIX_MREQ_SEND_TO_PEER and UNIX_MREQ_DIVERT_WHEN_FULL, all before the
@@ -36,10 +37,11 @@
 #include "mcast-members.h"
 #include "policy.h"
 
-void        bus_mcast_admission_configure (BusMcastMembers *members,
-                                           DBusList        *servers,
-                                           BusPolicy       *policy,
-                                           const BusLimits *limits);
+void        bus_mcast_admission_configure (BusMcastMembers  *members,
+                                           BusMcastObserver *observer,
+                                           DBusList         *servers,
+                                           BusPolicy        *policy,
+                                           const BusLimits  *limits);
 dbus_bool_t bus_mcast_admission_admit     (BusMcastMembers *members,
                                            DBusConnection  *connection,
                                            DBusError       *error);

@@ -20,6 +20,7 @@
 #include <dbus/dbus-match-rule.h>
 #include "connection.h"
 #include "mcast-filter.h"
+#include "mcast-observer.h"
 #include "mcast-routing.h"
 #include "services.h"
 #include "utils.h"
@@ -49,7 +50,8 @@ struct BusMcastMembers
   BusContext *context;
   DBusList *members;           /**< BusMcastConnection *, admitted ones */
   DBusList *classic;           /**< BusMcastConnection *, classic ones with rules */
-  int n_classic_monitors;      /**< monitors the daemon must copy everything to */
+  int n_classic_monitors;      /**< monitors the daemon serves, from its
+                                    own member of the group */
   dbus_bool_t dirty;           /**< some filter may be out of date */
   dbus_bool_t daemon_stale;    /**< daemon_program must be compiled again */
   BusMcastProgram daemon_program; /**< what every member's copy_filter should be */
@@ -284,7 +286,8 @@ collect_names (BusMcastMembers *members,
   return TRUE;
 }
 
-/* The daemon's program: what classic clients' rules and monitors ask for,
+/* The daemon's program: what classic clients' rules ask for (monitors it
+ * serves get the group from its own member, mcast-observer.h),
  * but not what is addressed to a member's name, which the kernel delivers
  * to it directly.  Needs collect_names().  FALSE on OOM. */
 static dbus_bool_t
@@ -293,9 +296,6 @@ fill_daemon_filter (BusMcastMembers *members,
 {
   BusRegistry *registry = bus_context_get_registry (members->context);
   DBusList *link, *name;
-
-  if (members->n_classic_monitors > 0)
-    bus_mcast_filter_accept_all (filter);
 
   for (link = _dbus_list_get_first_link (&members->members);
        link != NULL;
@@ -575,6 +575,11 @@ bus_mcast_members_disconnected (BusMcastMembers *members,
   if (mc == NULL)
     return;
 
+  /* Monitors see what it sent before it left, while its name still
+   * resolves */
+  if (mc->member)
+    bus_mcast_observer_drain (bus_context_get_mcast_observer (members->context));
+
   if (mc->member && !mc->monitor)
     bus_mcast_routing_departed (bus_context_get_mcast_routing (members->context),
                                 members, connection);
@@ -583,8 +588,14 @@ bus_mcast_members_disconnected (BusMcastMembers *members,
   _dbus_list_remove (&members->members, mc);
   _dbus_list_remove (&members->classic, mc);
 
-  if (mc->monitor && (!mc->member || mc->selective))
-    members->n_classic_monitors -= 1;
+  if (mc->monitor && (!mc->member || mc->selective) &&
+      --members->n_classic_monitors == 0)
+    {
+      /* If this fails, the daemon's member keeps reading the group for
+       * nobody */
+      bus_mcast_observer_set_open (
+          bus_context_get_mcast_observer (members->context), FALSE, NULL);
+    }
 
   _dbus_list_clear_full (&mc->rules, (DBusFreeFunction) _dbus_match_rule_unref);
   mc->member = FALSE;
@@ -704,24 +715,34 @@ bus_mcast_members_become_monitor (BusMcastMembers *members,
   if (mc->monitor)
     return TRUE;
 
-  /* Like the daemon, forget the rules it had: a monitor gets everything
-   * its BecomeMonitor rules match, through an accept-all filter. */
-  _dbus_list_clear_full (&mc->rules, (DBusFreeFunction) _dbus_match_rule_unref);
-
-  mc->selective = mc->member && selective;
-  if (!mc->member || mc->selective)
+  if (!mc->member || selective)
     {
+      BusMcastObserver *observer =
+          bus_context_get_mcast_observer (members->context);
+
       /* A classic or selective monitor is sent copies by the daemon,
-       * which therefore needs to see everything members send. */
-      _dbus_list_remove (&members->classic, mc);
-      if (!_dbus_list_append (&members->classic, mc))
+       * which reads everything members send from its own member of the
+       * group from now on.  A classic connection with rules is on the
+       * classic list already. */
+      if (members->n_classic_monitors == 0 &&
+          !bus_mcast_observer_set_open (observer, TRUE, error))
+        return FALSE;
+
+      if (_dbus_list_find_last (&members->classic, mc) == NULL &&
+          !_dbus_list_append (&members->classic, mc))
         {
+          if (members->n_classic_monitors == 0)
+            bus_mcast_observer_set_open (observer, FALSE, NULL);
           BUS_SET_OOM (error);
           return FALSE;
         }
       members->n_classic_monitors += 1;
     }
 
+  /* Like the daemon, forget the rules it had: a monitor gets everything
+   * its BecomeMonitor rules match, through an accept-all filter. */
+  _dbus_list_clear_full (&mc->rules, (DBusFreeFunction) _dbus_match_rule_unref);
+  mc->selective = mc->member && selective;
   mc->monitor = TRUE;
   mark_stale (members, mc);
   return TRUE;

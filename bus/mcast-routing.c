@@ -28,7 +28,8 @@
 typedef enum
 {
   ARRIVED_FROM_GROUP = 1,
-  ARRIVED_STRAIGHT
+  ARRIVED_STRAIGHT,
+  ARRIVED_OBSERVED             /**< read by the daemon's own member */
 } Arrival;
 
 /* A fence owed to a member, in a second message data slot of the message
@@ -248,15 +249,41 @@ bus_mcast_routing_free (BusMcastRouting *routing)
   dbus_free (routing);
 }
 
+/* Strips @message, read from a member, of header fields the daemon does
+ * not know, and sets *@group to whether it is one the group delivered to
+ * members.  The sender's libdbus sends with SCM_UNIX_DIRECT exactly the
+ * messages the group cannot carry.  A member that sends anything else
+ * that way only has it routed as if it came from the group: to
+ * non-members.  A message with header fields the daemon does not know
+ * reached no member (their filters drop it): it is routed to all,
+ * stripped.  FALSE if no memory. */
+static dbus_bool_t
+strip (DBusMessage *message,
+       dbus_bool_t *group)
+{
+  const DBusString *header, *body;
+  dbus_bool_t carried;
+  int length;
+
+  carried = _dbus_mcast_group_can_carry (message);
+  _dbus_message_get_network_data (message, &header, &body);
+  length = _dbus_string_get_length (header) + _dbus_string_get_length (body);
+  if (!_dbus_message_remove_unknown_fields (message))
+    return FALSE;
+
+  _dbus_message_get_network_data (message, &header, &body);
+  *group = carried &&
+           _dbus_string_get_length (header) + _dbus_string_get_length (body) == length;
+  return TRUE;
+}
+
 dbus_bool_t
 bus_mcast_routing_received (BusMcastRouting *routing,
                             DBusConnection  *sender,
                             DBusMessage     *message)
 {
-  const DBusString *header, *body;
-  dbus_bool_t carried;
+  dbus_bool_t group;
   Arrival arrival;
-  int length;
 
   /* libdbus's own Disconnected signal was read from no client */
   if (dbus_message_has_interface (message, DBUS_INTERFACE_LOCAL))
@@ -266,28 +293,18 @@ bus_mcast_routing_received (BusMcastRouting *routing,
   if (!bus_mcast_members_is_member (sender))
     return TRUE;
 
-  /* The sender's libdbus sends with SCM_UNIX_DIRECT exactly the messages
-   * the group cannot carry.  A member that sends anything else that way
-   * only has it routed as if it came from the group: to non-members.
-   * A message with header fields the daemon does not know reached no
-   * member (their filters drop it): it is routed to all, stripped. */
-  carried = _dbus_mcast_group_can_carry (message);
-  _dbus_message_get_network_data (message, &header, &body);
-  length = _dbus_string_get_length (header) + _dbus_string_get_length (body);
-  if (!_dbus_message_remove_unknown_fields (message))
+  if (!strip (message, &group))
     return FALSE;
 
-  _dbus_message_get_network_data (message, &header, &body);
-  if (!carried ||
-      _dbus_string_get_length (header) + _dbus_string_get_length (body) != length)
-    {
-      arrival = ARRIVED_STRAIGHT;
-      routing->stats.straight += 1;
-    }
-  else
+  if (group)
     {
       arrival = ARRIVED_FROM_GROUP;
       routing->stats.from_group += 1;
+    }
+  else
+    {
+      arrival = ARRIVED_STRAIGHT;
+      routing->stats.straight += 1;
     }
 
   return dbus_message_set_data (message, arrival_slot,
@@ -295,10 +312,33 @@ bus_mcast_routing_received (BusMcastRouting *routing,
 }
 
 dbus_bool_t
+bus_mcast_routing_observed (DBusMessage *message)
+{
+  dbus_bool_t group;
+
+  /* What the daemon would route as if it came straight, it shows its
+   * monitors when it routes it */
+  return arrival_slot >= 0 && strip (message, &group) && group &&
+         dbus_message_set_data (message, arrival_slot,
+                                (void *) (uintptr_t) ARRIVED_OBSERVED, NULL);
+}
+
+dbus_bool_t
 bus_mcast_routing_delivered_by_kernel (DBusConnection *recipient,
                                        DBusMessage    *message)
 {
-  return arrival_slot >= 0 && arrival_of (message) == ARRIVED_FROM_GROUP &&
+  Arrival arrival;
+
+  if (arrival_slot < 0)
+    return FALSE;
+
+  /* The daemon's own member read it for the monitors the daemon serves
+   * (mcast-observer.h); members got it from the group */
+  arrival = arrival_of (message);
+  if (arrival == ARRIVED_FROM_GROUP && bus_connection_is_monitor (recipient))
+    return TRUE;
+
+  return (arrival == ARRIVED_FROM_GROUP || arrival == ARRIVED_OBSERVED) &&
          bus_mcast_members_gets_group_traffic (recipient);
 }
 

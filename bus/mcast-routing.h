@@ -9,7 +9,8 @@
  * several packets).  The kernel already delivered a group message to every
  * member whose filter wanted it, monitors included, so the daemon routes
  * it only to everyone else: the bus driver, classic clients, activation,
- * errors.  A message that came straight is routed like on a stock bus, and
+ * errors.  Monitors the daemon serves see it from the daemon's own member
+ * of the group, in the kernel's order (mcast-observer.h).  A message that came straight is routed like on a stock bus, and
  * once the daemon lets go of it the sender gets the fence signal that
  * lets it write again (doc/design.md, "How a message flows").  Every
  * recipient gets its own copy of such a message, so that no recipient
@@ -50,6 +51,7 @@ void             bus_mcast_routing_free                (BusMcastRouting *routing
 dbus_bool_t      bus_mcast_routing_received            (BusMcastRouting *routing,
                                                         DBusConnection  *sender,
                                                         DBusMessage     *message);
+dbus_bool_t      bus_mcast_routing_observed            (DBusMessage     *message);
 dbus_bool_t      bus_mcast_routing_delivered_by_kernel (DBusConnection  *recipient,
                                                         DBusMessage     *message);
 void             bus_mcast_routing_hand_over           (DBusMessage     *message);

@@ -943,6 +943,51 @@ accept_from_peer (DBusMcastMember *member,
 }
 
 /**
+ * Loads the message a group packet from @sender_id must hold: exactly one
+ * valid message, in host byte order (a member sends anything else to the
+ * daemon alone).  Its SENDER is not checked.
+ *
+ * @param sender_id the kernel's id of the sender, for the log
+ * @param data the buffer holding the packet
+ * @param start where it starts
+ * @param len its length
+ * @param message where to return the message when the verdict is
+ *   #DBUS_MCAST_KEEP (the caller owns it)
+ * @returns #DBUS_MCAST_KEEP, #DBUS_MCAST_DROP or #DBUS_MCAST_NO_MEMORY
+ */
+DBusMcastVerdict
+_dbus_mcast_load_packet (dbus_uint64_t      sender_id,
+                         const DBusString  *data,
+                         int                start,
+                         int                len,
+                         DBusMessage      **message)
+{
+  const char *packet = _dbus_string_get_const_data_len (data, start, len);
+  DBusError error = DBUS_ERROR_INIT;
+
+  if (len < 1 || packet[0] != DBUS_COMPILER_BYTE_ORDER ||
+      dbus_message_demarshal_bytes_needed (packet, len) != len)
+    {
+      _dbus_verbose ("dbus-mcast: dropping a malformed packet from id %" DBUS_INT64_MODIFIER "x\n",
+                     sender_id);
+      return DBUS_MCAST_DROP;
+    }
+
+  *message = dbus_message_demarshal (packet, len, &error);
+  if (*message == NULL)
+    {
+      dbus_bool_t oom = dbus_error_has_name (&error, DBUS_ERROR_NO_MEMORY);
+
+      _dbus_verbose ("dbus-mcast: dropping an invalid message from id %" DBUS_INT64_MODIFIER "x: %s\n",
+                     sender_id, error.message);
+      dbus_error_free (&error);
+      return oom ? DBUS_MCAST_NO_MEMORY : DBUS_MCAST_DROP;
+    }
+
+  return DBUS_MCAST_KEEP;
+}
+
+/**
  * Checks a packet from another member of the group (sender id not 0),
  * which is not trusted: exactly one valid message in host byte order,
  * SENDER the unique name of sender_id (":MAJOR.MINOR" for MAJOR << 32 |
@@ -966,8 +1011,7 @@ _dbus_mcast_member_from_peer (DBusMcastMember  *member,
                               int               len,
                               DBusMessage     **checked)
 {
-  const char *packet = _dbus_string_get_const_data_len (data, start, len);
-  DBusError error = DBUS_ERROR_INIT;
+  DBusMcastVerdict verdict;
   DBusMessage *message;
   const char *sender;
   dbus_bool_t accepted;
@@ -981,24 +1025,9 @@ _dbus_mcast_member_from_peer (DBusMcastMember  *member,
       return DBUS_MCAST_DROP;
     }
 
-  if (packet[0] != DBUS_COMPILER_BYTE_ORDER ||
-      dbus_message_demarshal_bytes_needed (packet, len) != len)
-    {
-      _dbus_verbose ("dbus-mcast: dropping a malformed packet from id %" DBUS_INT64_MODIFIER "x\n",
-                     sender_id);
-      return DBUS_MCAST_DROP;
-    }
-
-  message = dbus_message_demarshal (packet, len, &error);
-  if (message == NULL)
-    {
-      dbus_bool_t oom = dbus_error_has_name (&error, DBUS_ERROR_NO_MEMORY);
-
-      _dbus_verbose ("dbus-mcast: dropping an invalid message from id %" DBUS_INT64_MODIFIER "x: %s\n",
-                     sender_id, error.message);
-      dbus_error_free (&error);
-      return oom ? DBUS_MCAST_NO_MEMORY : DBUS_MCAST_DROP;
-    }
+  verdict = _dbus_mcast_load_packet (sender_id, data, start, len, &message);
+  if (verdict != DBUS_MCAST_KEEP)
+    return verdict;
 
   sender = dbus_message_get_sender (message);
 

@@ -97,6 +97,12 @@ DBusMcastVerdict _dbus_mcast_member_from_peer   (DBusMcastMember  *member,
                                                  DBusMessage     **checked);
 
 DBUS_PRIVATE_EXPORT
+DBusMcastVerdict _dbus_mcast_load_packet    (dbus_uint64_t      sender_id,
+                                            const DBusString  *data,
+                                            int                start,
+                                            int                len,
+                                            DBusMessage      **message);
+DBUS_PRIVATE_EXPORT
 dbus_bool_t   _dbus_mcast_group_can_carry   (DBusMessage *message);
 DBUS_PRIVATE_EXPORT
 dbus_bool_t   _dbus_mcast_is_fenced         (DBusMessage *message);

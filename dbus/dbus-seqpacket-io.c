@@ -832,6 +832,33 @@ _dbus_seqpacket_message_get_diverted (DBusMessage *message)
 }
 
 /**
+ * Reads one packet of a multicast group from @fd, the socket of a member
+ * that only listens (dbus-daemon's own member, bus/mcast-observer.h) or
+ * the acceptor's end of its connection, where the kernel diverts its
+ * copies while it is full.  Nothing is checked: the caller loads the
+ * message (_dbus_mcast_load_packet()).
+ *
+ * @param fd the socket
+ * @param buffer where the packet is appended
+ * @param sender_id set to the kernel's id of the packet's sender
+ * @param diverted on the acceptor's end, set to the divert sequence
+ *   number of the copy; #NULL on the member's socket
+ * @returns the packet's length, 0 at end of stream, -1 with errno set
+ *   (EAGAIN when there is none; EPROTO for a packet longer than
+ *   #DBUS_SEQPACKET_FRAGMENT_SIZE, which was discarded, or without a
+ *   sender id)
+ */
+int
+_dbus_seqpacket_read_group_packet (DBusSocket             fd,
+                                   DBusString            *buffer,
+                                   dbus_uint64_t         *sender_id,
+                                   DBusSeqpacketDiverted *diverted)
+{
+  return read_packet (fd, buffer, DBUS_SEQPACKET_FRAGMENT_SIZE, NULL, NULL,
+                      sender_id, diverted);
+}
+
+/**
  * Reads one packet of message data (after BEGIN) into buffer and checks
  * it against the framing rules of dbus-seqpacket-io.h.  For a member of a
  * multicast group, packets from the other members are checked and maybe

@@ -100,6 +100,11 @@ int _dbus_seqpacket_read_message   (DBusSeqpacketFraming *framing,
                                     int                  *fds,
                                     unsigned int         *n_fds);
 DBusMessage *_dbus_seqpacket_take_checked_message (DBusSeqpacketFraming *framing);
+DBUS_PRIVATE_EXPORT
+int _dbus_seqpacket_read_group_packet (DBusSocket             fd,
+                                       DBusString            *buffer,
+                                       dbus_uint64_t         *sender_id,
+                                       DBusSeqpacketDiverted *diverted);
 
 DBUS_PRIVATE_EXPORT
 dbus_bool_t                  _dbus_seqpacket_diverted_init        (void);

@@ -87,12 +87,19 @@ open_socket (DBusSocket *fd,
  *
  * @param path the path or abstract name
  * @param abstract #TRUE for a Linux abstract name
+ * @param own #TRUE when the listening socket's owner connects to it: the
+ *   socket is bound to an abstract name the kernel picks (autobind), by
+ *   which the owner recognises the connection it accepts (getpeername()),
+ *   and connect() fails with EAGAIN rather than wait for a full listen
+ *   backlog, which only the owner itself would empty; #FALSE to wait
+ *   then, like _dbus_connect_unix_socket()
  * @param error set on failure
  * @returns the connected non-blocking socket, or an invalid one on failure
  */
 DBusSocket
 _dbus_connect_unix_seqpacket (const char  *path,
                               dbus_bool_t  abstract,
+                              dbus_bool_t  own,
                               DBusError   *error)
 {
   DBusSocket fd = DBUS_SOCKET_INIT;
@@ -106,10 +113,23 @@ _dbus_connect_unix_seqpacket (const char  *path,
   if (addr_len == 0)
     return fd;
 
-  /* Blocking connect() like _dbus_connect_unix_socket(): it waits while
-   * the listen backlog is full instead of failing with EAGAIN. */
-  if (!open_socket (&fd, 0, error))
+  if (!open_socket (&fd, own ? SOCK_NONBLOCK : 0, error))
     return fd;
+
+  if (own)
+    {
+      struct sockaddr_un autobind = { AF_UNIX };
+
+      if (bind (fd.fd, (struct sockaddr *) &autobind, sizeof (sa_family_t)) < 0)
+        {
+          dbus_set_error (error, _dbus_error_from_errno (errno),
+                          "Failed to bind a SOCK_SEQPACKET socket: %s",
+                          _dbus_strerror (errno));
+          _dbus_close_socket (fd, NULL);
+          _dbus_socket_invalidate (&fd);
+          return fd;
+        }
+    }
 
   do
     ret = connect (fd.fd, (struct sockaddr *) &addr, addr_len);

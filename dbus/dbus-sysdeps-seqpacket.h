@@ -20,8 +20,10 @@
 
 DBUS_BEGIN_DECLS
 
+DBUS_PRIVATE_EXPORT
 DBusSocket _dbus_connect_unix_seqpacket (const char  *path,
                                          dbus_bool_t  abstract,
+                                         dbus_bool_t  own,
                                          DBusError   *error);
 DBusSocket _dbus_listen_unix_seqpacket  (const char  *path,
                                          dbus_bool_t  abstract,
@@ -29,6 +31,7 @@ DBusSocket _dbus_listen_unix_seqpacket  (const char  *path,
                                          DBusError   *error);
 
 dbus_bool_t _dbus_seqpacket_mcast_supported (DBusSocket  fd);
+DBUS_PRIVATE_EXPORT
 dbus_bool_t _dbus_seqpacket_set_passid          (DBusSocket  fd,
                                                  DBusError  *error);
 

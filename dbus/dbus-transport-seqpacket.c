@@ -70,7 +70,7 @@ _dbus_transport_new_for_seqpacket (const char  *path,
       goto out;
     }
 
-  fd = _dbus_connect_unix_seqpacket (path, abstract, error);
+  fd = _dbus_connect_unix_seqpacket (path, abstract, FALSE, error);
   if (!_dbus_socket_is_valid (fd))
     {
       _DBUS_ASSERT_ERROR_IS_SET (error);

@@ -1,0 +1,562 @@
+/* -*- mode: C; c-file-style: "gnu"; indent-tabs-mode: nil; -*- */
+/* mcast-observer.c  dbus-daemon's own member of each multicast group: the
+ *                   members' messages in the kernel's order, for monitors
+ *
+ * See mcast-observer.h for what this module is for.
+ *
+ * Copyright (C) 2026 dbus-mcast contributors
+ * SPDX-License-Identifier: AFL-2.1 OR GPL-2.0-or-later
+ */
+
+#include <config.h>
+#include "mcast-observer.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <linux/filter.h>
+
+#include <dbus/dbus-connection-internal.h>
+#include <dbus/dbus-internals.h>
+#include <dbus/dbus-mainloop.h>
+#include <dbus/dbus-mcast-member.h>
+#include <dbus/dbus-mcast-uapi.h>
+#include <dbus/dbus-seqpacket-io.h>
+#include <dbus/dbus-server-socket.h>
+#include <dbus/dbus-sysdeps-seqpacket.h>
+#include <dbus/dbus-watch.h>
+#include "connection.h"
+#include "mcast-routing.h"
+#include "services.h"
+#include "utils.h"
+
+/* The daemon's member of the group that @server listens on */
+typedef struct
+{
+  BusMcastObserver *observer;
+  DBusServer *server;          /**< referenced */
+  DBusSocket member;           /**< connected to the group */
+  DBusSocket acceptor;         /**< the server's end, once claimed */
+  DBusWatch *watches[2];       /**< member, acceptor: readable */
+  dbus_uint32_t last_seq;      /**< last copy diverted to the acceptor, 0
+                                    once resumed */
+} Group;
+
+struct BusMcastObserver
+{
+  BusContext *context;
+  DBusList *groups;            /**< Group * */
+  dbus_bool_t offered;         /**< the bus may promote its clients */
+  dbus_bool_t open;            /**< a monitor the daemon serves is connected */
+  dbus_bool_t draining;        /**< forwarding: do not drain again */
+  DBusString packet;           /**< one packet at a time */
+};
+
+static Group *
+find_group (BusMcastObserver *observer,
+            DBusServer       *server)
+{
+  DBusList *link;
+
+  for (link = _dbus_list_get_first_link (&observer->groups);
+       link != NULL;
+       link = _dbus_list_get_next_link (&observer->groups, link))
+    {
+      Group *group = link->data;
+
+      if (group->server == server)
+        return group;
+    }
+
+  return NULL;
+}
+
+static dbus_bool_t
+is_admitted (Group *group)
+{
+  return group != NULL && _dbus_socket_is_valid (group->acceptor);
+}
+
+static void
+group_free (Group *group)
+{
+  DBusLoop *loop = bus_context_get_loop (group->observer->context);
+  int i;
+
+  for (i = 0; i < 2; i++)
+    {
+      if (group->watches[i] == NULL)
+        continue;
+      _dbus_loop_remove_watch (loop, group->watches[i]);
+      _dbus_watch_invalidate (group->watches[i]);
+      _dbus_watch_unref (group->watches[i]);
+    }
+
+  if (_dbus_socket_is_valid (group->member))
+    _dbus_close_socket (group->member, NULL);
+  if (_dbus_socket_is_valid (group->acceptor))
+    _dbus_close_socket (group->acceptor, NULL);
+  dbus_server_unref (group->server);
+  dbus_free (group);
+}
+
+BusMcastObserver *
+bus_mcast_observer_new (BusContext *context)
+{
+  BusMcastObserver *observer;
+
+  observer = dbus_new0 (BusMcastObserver, 1);
+  if (observer == NULL)
+    return NULL;
+
+  /* Allocated once: reading the group must not fail for memory */
+  if (!_dbus_string_init_preallocated (&observer->packet,
+                                       DBUS_SEQPACKET_FRAGMENT_SIZE))
+    {
+      dbus_free (observer);
+      return NULL;
+    }
+
+  observer->context = context;
+  return observer;
+}
+
+void
+bus_mcast_observer_free (BusMcastObserver *observer)
+{
+  Group *group;
+
+  if (observer == NULL)
+    return;
+
+  while ((group = _dbus_list_pop_first (&observer->groups)) != NULL)
+    group_free (group);
+
+  _dbus_string_free (&observer->packet);
+  dbus_free (observer);
+}
+
+/* Shows @message, a group message of the member with kernel id
+ * @sender_id, to the monitors the daemon serves, as dispatch would have */
+static void
+forward (BusMcastObserver *observer,
+         dbus_uint64_t     sender_id,
+         DBusMessage      *message)
+{
+  BusRegistry *registry = bus_context_get_registry (observer->context);
+  DBusConnection *sender = NULL, *addressed_recipient = NULL;
+  BusTransaction *transaction;
+  const char *destination;
+  BusService *service;
+  DBusString name;
+
+  /* What the daemon routes as it came straight, monitors see from there */
+  if (!bus_mcast_routing_observed (message))
+    return;
+
+  if (!_dbus_string_init (&name))
+    return;
+
+  /* As dispatch writes it: the sender's own name, whatever it claimed */
+  if (!_dbus_string_append_printf (&name, ":%u.%u",
+                                   (unsigned int) (sender_id >> 32),
+                                   (unsigned int) (sender_id & 0xffffffffu)) ||
+      !dbus_message_set_sender (message, _dbus_string_get_const_data (&name)) ||
+      !dbus_message_set_container_instance (message, NULL))
+    goto out;
+
+  service = bus_registry_lookup (registry, &name);
+  if (service != NULL)
+    sender = bus_service_get_primary_owners_connection (service);
+
+  destination = dbus_message_get_destination (message);
+  if (destination != NULL && strcmp (destination, DBUS_SERVICE_DBUS) != 0)
+    {
+      DBusString str;
+
+      _dbus_string_init_const (&str, destination);
+      service = bus_registry_lookup (registry, &str);
+      if (service != NULL)
+        addressed_recipient = bus_service_get_primary_owners_connection (service);
+    }
+
+  transaction = bus_transaction_new (observer->context);
+  if (transaction == NULL)
+    goto out;
+
+  if (bus_transaction_capture (transaction, sender, addressed_recipient,
+                               message))
+    bus_transaction_execute_and_free (transaction);
+  else
+    bus_transaction_cancel_and_free (transaction);
+
+ out:
+  _dbus_string_free (&name);
+}
+
+/* Reads and forwards one packet from @fd, the daemon's member or (with
+ * @diverted) its acceptor end.  FALSE once there is none. */
+static dbus_bool_t
+read_one (Group      *group,
+          DBusSocket  fd,
+          dbus_bool_t diverted)
+{
+  BusMcastObserver *observer = group->observer;
+  DBusSeqpacketDiverted copy = { 0, 0, FALSE };
+  dbus_uint64_t sender_id = 0;
+  DBusMessage *message;
+  int len;
+
+  _dbus_string_set_length (&observer->packet, 0);
+  len = _dbus_seqpacket_read_group_packet (fd, &observer->packet, &sender_id,
+                                           diverted ? &copy : NULL);
+  if (len < 0 && errno == EPROTO)
+    return TRUE; /* discarded, as a member would */
+  if (len <= 0)
+    return FALSE;
+
+  if (copy.seq != 0)
+    group->last_seq = copy.seq;
+
+  if (_dbus_mcast_load_packet (sender_id, &observer->packet, 0, len,
+                               &message) != DBUS_MCAST_KEEP)
+    return TRUE;
+
+  forward (observer, sender_id, message);
+  dbus_message_unref (message);
+  return TRUE;
+}
+
+static void
+drain_group (Group *group)
+{
+  if (!is_admitted (group))
+    return;
+
+  for (;;)
+    {
+      /* Everything on the member's socket came before anything diverted */
+      while (read_one (group, group->member, FALSE))
+        ;
+      while (read_one (group, group->acceptor, TRUE))
+        ;
+
+      if (group->last_seq == 0)
+        return;
+
+#ifdef DBUS_HAVE_MCAST_UAPI
+      if (setsockopt (group->acceptor.fd, SOL_UNIX, UNIX_PEER_RESUME,
+                      &group->last_seq, sizeof (group->last_seq)) == 0)
+        {
+          group->last_seq = 0;
+          return;
+        }
+#endif
+
+      /* EAGAIN: newer copies were diverted meanwhile; read them first */
+      if (errno != EAGAIN)
+        {
+          _dbus_verbose ("dbus-mcast: cannot resume the daemon's member: %s\n",
+                         _dbus_strerror (errno));
+          return;
+        }
+    }
+}
+
+void
+bus_mcast_observer_drain (BusMcastObserver *observer)
+{
+  DBusList *link;
+
+  /* forward() executes transactions of its own */
+  if (observer == NULL || observer->draining)
+    return;
+
+  observer->draining = TRUE;
+  for (link = _dbus_list_get_first_link (&observer->groups);
+       link != NULL;
+       link = _dbus_list_get_next_link (&observer->groups, link))
+    drain_group (link->data);
+  observer->draining = FALSE;
+}
+
+static dbus_bool_t
+readable (DBusWatch    *watch,
+          unsigned int  flags,
+          void         *data)
+{
+  Group *group = data;
+
+  bus_mcast_observer_drain (group->observer);
+  return TRUE;
+}
+
+#ifdef DBUS_HAVE_MCAST_UAPI
+static dbus_bool_t
+set_peer_filter (Group       *group,
+                 dbus_bool_t  open,
+                 DBusError   *error)
+{
+  struct sock_filter all[] = { BPF_STMT (BPF_RET | BPF_K, 0xffffffff) };
+  struct sock_filter none[] = { BPF_STMT (BPF_RET | BPF_K, 0) };
+  struct sock_fprog prog = { 1, open ? all : none };
+
+  if (setsockopt (group->acceptor.fd, SOL_UNIX, UNIX_PEER_FILTER, &prog,
+                  sizeof (prog)) == 0)
+    return TRUE;
+
+  dbus_set_error (error, _dbus_error_from_errno (errno),
+                  "Could not set the filter of the daemon's multicast member: %s",
+                  _dbus_strerror (errno));
+  return FALSE;
+}
+
+/* Makes the claimed connection of @group a member that hears what the
+ * monitors need and never holds the group back, and reads it from the
+ * main loop */
+static dbus_bool_t
+admit (Group     *group,
+       DBusError *error)
+{
+  DBusLoop *loop = bus_context_get_loop (group->observer->context);
+  struct unix_accept_req req;
+  socklen_t len = sizeof (int);
+  int sndbuf, i;
+
+  /* Its budget: what a member gets (mcast-admission.c) */
+  if (getsockopt (group->acceptor.fd, SOL_SOCKET, SO_SNDBUF, &sndbuf, &len) != 0)
+    sndbuf = 0;
+
+  memset (&req, 0, sizeof (req));
+  req.flags = UNIX_MREQ_DIVERT_WHEN_FULL;
+  req.rcvbuf = sndbuf > 0 ? (dbus_uint32_t) sndbuf : 0;
+
+  if (!_dbus_seqpacket_set_passid (group->member, error) ||
+      !_dbus_seqpacket_set_passid (group->acceptor, error) ||
+      !set_peer_filter (group, group->observer->open, error))
+    return FALSE;
+
+  if (setsockopt (group->acceptor.fd, SOL_UNIX, UNIX_ACCEPT_GROUP, &req,
+                  sizeof (req)) != 0)
+    {
+      dbus_set_error (error, _dbus_error_from_errno (errno),
+                      "Could not admit the daemon's member: %s",
+                      _dbus_strerror (errno));
+      return FALSE;
+    }
+
+  for (i = 0; i < 2; i++)
+    {
+      DBusSocket fd = i == 0 ? group->member : group->acceptor;
+
+      group->watches[i] = _dbus_watch_new (_dbus_socket_get_pollable (fd),
+                                           DBUS_WATCH_READABLE, TRUE,
+                                           readable, group, NULL);
+      if (group->watches[i] != NULL &&
+          !_dbus_loop_add_watch (loop, group->watches[i]))
+        {
+          _dbus_watch_unref (group->watches[i]);
+          group->watches[i] = NULL;
+        }
+      if (group->watches[i] == NULL)
+        {
+          BUS_SET_OOM (error);
+          return FALSE;
+        }
+    }
+
+  return TRUE;
+}
+#else
+static dbus_bool_t
+set_peer_filter (Group       *group,
+                 dbus_bool_t  open,
+                 DBusError   *error)
+{
+  return TRUE;
+}
+
+static dbus_bool_t
+admit (Group     *group,
+       DBusError *error)
+{
+  dbus_set_error_const (error, DBUS_ERROR_NOT_SUPPORTED,
+                        "Built without the kernel's multicast interface");
+  return FALSE;
+}
+#endif
+
+/* Connects the daemon's member of the group @server listens on; its
+ * server accepts it later, from the main loop */
+static dbus_bool_t
+connect_group (BusMcastObserver *observer,
+               DBusServer       *server,
+               DBusError        *error)
+{
+  DBusAddressEntry **entries = NULL;
+  const char *path, *abstract;
+  char *address;
+  Group *group;
+  int n;
+
+  group = dbus_new0 (Group, 1);
+  address = dbus_server_get_address (server);
+  if (group == NULL || address == NULL)
+    {
+      dbus_free (group);
+      dbus_free (address);
+      BUS_SET_OOM (error);
+      return FALSE;
+    }
+
+  group->observer = observer;
+  group->server = dbus_server_ref (server);
+  _dbus_socket_invalidate (&group->member);
+  _dbus_socket_invalidate (&group->acceptor);
+
+  if (!dbus_parse_address (address, &entries, &n, error))
+    goto failed;
+
+  path = dbus_address_entry_get_value (entries[0], "path");
+  abstract = dbus_address_entry_get_value (entries[0], "abstract");
+  if (path == NULL && abstract == NULL)
+    {
+      dbus_set_error (error, DBUS_ERROR_BAD_ADDRESS,
+                      "No path in the listening address %s", address);
+      goto failed;
+    }
+
+  group->member = _dbus_connect_unix_seqpacket (path != NULL ? path : abstract,
+                                                path == NULL, TRUE, error);
+  if (!_dbus_socket_is_valid (group->member))
+    goto failed;
+
+  if (!_dbus_list_append (&observer->groups, group))
+    {
+      BUS_SET_OOM (error);
+      goto failed;
+    }
+
+  dbus_address_entries_free (entries);
+  dbus_free (address);
+  return TRUE;
+
+ failed:
+  if (entries != NULL)
+    dbus_address_entries_free (entries);
+  dbus_free (address);
+  group_free (group);
+  return FALSE;
+}
+
+void
+bus_mcast_observer_offer (BusMcastObserver *observer,
+                          DBusList         *servers,
+                          dbus_bool_t       offered)
+{
+  DBusList *link;
+
+  observer->offered = offered;
+  for (link = _dbus_list_get_first_link (&servers);
+       link != NULL;
+       link = _dbus_list_get_next_link (&servers, link))
+    {
+      DBusError error = DBUS_ERROR_INIT;
+      Group *group = find_group (observer, link->data);
+
+      if (!_dbus_server_socket_set_mcast_offered (link->data,
+                                                  offered && is_admitted (group)) ||
+          !offered || group != NULL)
+        continue;
+
+      /* A group: offered once the daemon's member is in (claim) */
+      if (!connect_group (observer, link->data, &error))
+        {
+          bus_context_log (observer->context, DBUS_SYSTEM_LOG_WARNING,
+                           "Not promoting clients into a multicast group: %s",
+                           error.message);
+          dbus_error_free (&error);
+        }
+    }
+}
+
+dbus_bool_t
+bus_mcast_observer_claim (BusMcastObserver *observer,
+                          DBusServer       *server,
+                          DBusConnection   *connection)
+{
+  DBusError error = DBUS_ERROR_INIT;
+  Group *group = find_group (observer, server);
+  struct sockaddr_un ours, peer;
+  socklen_t ours_len = sizeof (ours), peer_len = sizeof (peer);
+  int fd, own;
+
+  if (group == NULL || is_admitted (group) ||
+      !dbus_connection_get_socket (connection, &fd))
+    return FALSE;
+
+  /* Its peer has the abstract name the kernel bound our member to, which
+   * nobody else can have (_dbus_connect_unix_seqpacket()) */
+  if (getsockname (group->member.fd, (struct sockaddr *) &ours, &ours_len) != 0 ||
+      getpeername (fd, (struct sockaddr *) &peer, &peer_len) != 0 ||
+      ours_len != peer_len || ours_len <= sizeof (sa_family_t) ||
+      memcmp (&ours, &peer, ours_len) != 0)
+    return FALSE;
+
+  own = fcntl (fd, F_DUPFD_CLOEXEC, 3);
+  dbus_connection_close (connection);
+  if (own < 0)
+    {
+      dbus_set_error (&error, _dbus_error_from_errno (errno),
+                      "Could not keep the daemon's member: %s",
+                      _dbus_strerror (errno));
+      goto failed;
+    }
+
+  group->acceptor.fd = own;
+  if (!admit (group, &error))
+    goto failed;
+
+  _dbus_server_socket_set_mcast_offered (server, observer->offered);
+  return TRUE;
+
+ failed:
+  bus_context_log (observer->context, DBUS_SYSTEM_LOG_WARNING,
+                   "Not promoting clients into a multicast group: %s",
+                   error.message);
+  dbus_error_free (&error);
+  _dbus_list_remove (&observer->groups, group);
+  group_free (group);
+  return TRUE;
+}
+
+dbus_bool_t
+bus_mcast_observer_set_open (BusMcastObserver *observer,
+                             dbus_bool_t       open,
+                             DBusError        *error)
+{
+  DBusList *link;
+
+  for (link = _dbus_list_get_first_link (&observer->groups);
+       link != NULL;
+       link = _dbus_list_get_next_link (&observer->groups, link))
+    {
+      if (is_admitted (link->data) &&
+          !set_peer_filter (link->data, open, error))
+        {
+          DBusList *undo;
+
+          for (undo = _dbus_list_get_first_link (&observer->groups);
+               undo != link;
+               undo = _dbus_list_get_next_link (&observer->groups, undo))
+            if (is_admitted (undo->data))
+              set_peer_filter (undo->data, observer->open, NULL);
+          return FALSE;
+        }
+    }
+
+  observer->open = open;
+  return TRUE;
+}

@@ -1,0 +1,55 @@
+/* -*- mode: C; c-file-style: "gnu"; indent-tabs-mode: nil; -*- */
+/* mcast-observer.h  dbus-daemon's own member of each multicast group: the
+ *                   members' messages in the kernel's order, for monitors
+ *
+ * What this module is for: stock dbus-daemon shows its monitors every
+ * message in the one order it handles them.  Members' messages do not pass
+ * the daemon, and reading them from each sender's socket would give
+ * monitors one order per sender only (a reply after the caller's next
+ * call).  So the daemon is a member of each of its groups itself, one that
+ * never sends: once its listening socket is a group on which it offers
+ * promotion, it connects to it, claims that connection when its server
+ * accepts it (bus_mcast_observer_claim(), before any authentication, by
+ * the peer's address, an abstract name the kernel bound it to) and admits it with
+ * UNIX_MREQ_DIVERT_WHEN_FULL.  Promotion is offered on a group only from
+ * then on (bus_mcast_observer_offer()), so no member ever sends while the
+ * daemon is not listening.
+ *
+ * Its peer filter passes nothing while no monitor that the daemon serves
+ * is connected, and everything while one is (a classic monitor, or a
+ * member that passed match rules to BecomeMonitor:
+ * bus_mcast_observer_set_open(), before the BecomeMonitor reply).  The
+ * daemon reads it when it is readable and before any transaction of its
+ * own goes out (bus_mcast_observer_drain()), and shows each message to
+ * its monitors as stock would have, so they see the group in the
+ * kernel's order, and what the daemon sends after it, in the order it
+ * sends it.  What the daemon's own member has no room for the kernel
+ * diverts to the daemon's end of that connection, where it is read next:
+ * no member ever waits for the daemon to read.
+ *
+ * Copyright (C) 2026 dbus-mcast contributors
+ * SPDX-License-Identifier: AFL-2.1 OR GPL-2.0-or-later
+ */
+
+#ifndef BUS_MCAST_OBSERVER_H
+#define BUS_MCAST_OBSERVER_H
+
+#include <dbus/dbus.h>
+#include <dbus/dbus-list.h>
+#include "bus.h"
+
+BusMcastObserver *bus_mcast_observer_new      (BusContext       *context);
+void              bus_mcast_observer_free     (BusMcastObserver *observer);
+
+void              bus_mcast_observer_offer    (BusMcastObserver *observer,
+                                               DBusList         *servers,
+                                               dbus_bool_t       offered);
+dbus_bool_t       bus_mcast_observer_claim    (BusMcastObserver *observer,
+                                               DBusServer       *server,
+                                               DBusConnection   *connection);
+dbus_bool_t       bus_mcast_observer_set_open (BusMcastObserver *observer,
+                                               dbus_bool_t       open,
+                                               DBusError        *error);
+void              bus_mcast_observer_drain    (BusMcastObserver *observer);
+
+#endif /* BUS_MCAST_OBSERVER_H */
