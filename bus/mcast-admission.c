@@ -20,8 +20,10 @@
 #include <dbus/dbus-mcast-uapi.h>
 #include <dbus/dbus-seqpacket-io.h>
 #include <dbus/dbus-sysdeps.h>
+#include "apparmor.h"
 #include "connection.h"
 #include "mcast-observer.h"
+#include "selinux.h"
 
 void
 bus_mcast_admission_configure (BusMcastMembers  *members,
@@ -33,10 +35,11 @@ bus_mcast_admission_configure (BusMcastMembers  *members,
   /* A member sends a message of up to a packet through the group, where
    * nobody could refuse one over a smaller limit as stock does; calls
    * between members do not pass the daemon, which could not time them
-   * out */
+   * out; and nobody asks AppArmor or SELinux about a group message */
   dbus_bool_t offered = bus_policy_can_be_filtered (policy) &&
                         limits->max_message_size >= DBUS_SEQPACKET_FRAGMENT_SIZE &&
-                        limits->reply_timeout < 0;
+                        limits->reply_timeout < 0 &&
+                        !bus_apparmor_enabled () && !bus_selinux_enabled ();
 
   bus_mcast_observer_offer (observer, servers, offered);
   if (!offered)
@@ -121,6 +124,16 @@ bus_mcast_admission_admit (BusMcastMembers *members,
 
   if (!_dbus_connection_get_mcast_negotiated (connection))
     return TRUE;
+
+  /* Agreed before a reload that made the bus stop offering: the client
+   * waits for the reply as a member would, so it cannot stay */
+  if (!bus_mcast_observer_offers (
+          bus_context_get_mcast_observer (bus_connection_get_context (connection))))
+    {
+      dbus_set_error (error, DBUS_ERROR_ACCESS_DENIED,
+                      "The bus no longer promotes clients into the multicast group");
+      return FALSE;
+    }
 
   id = _dbus_mcast_sender_id_of_name (bus_connection_get_name (connection));
   if (id == 0 || !dbus_connection_get_socket (connection, &fd))

@@ -9,9 +9,10 @@
  * receiving or eavesdropping, and everything is allowed by default
  * (bus_policy_can_be_filtered(), bus/policy.c), the bus's
  * max_message_size is at least one packet (a member's message up to that
- * size goes through the group, where the daemon cannot refuse it), and
- * it has no reply_timeout (the daemon does not see calls between members
- * to time them out).  On a group it offers promotion once its own member
+ * size goes through the group, where the daemon cannot refuse it), it
+ * has no reply_timeout (the daemon does not see calls between members
+ * to time them out), and the daemon mediates nothing through AppArmor or
+ * SELinux (nobody could ask them about a group message).  On a group it offers promotion once its own member
  * is in (mcast-observer.h).  At Hello, a client that
  * agreed gets, in this order, its kernel sender id, its peer filter, the
  * daemon's copy filter on its connection, and admission with
@@ -23,7 +24,8 @@
  * holds the bus back, and one that reads sees every message.  One with
  * match rules is served by the daemon, like a classic monitor.  A
  * configuration reload that makes the policy unfit for filters
- * disconnects the members: they reconnect and stay on the classic path.
+ * disconnects the members, and a client that agreed before the reload
+ * at its Hello: they reconnect and stay on the classic path.
  *
  * Copyright (C) 2026 dbus-mcast contributors
  * SPDX-License-Identifier: AFL-2.1 OR GPL-2.0-or-later

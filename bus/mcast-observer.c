@@ -19,6 +19,7 @@
 #include <linux/filter.h>
 
 #include <dbus/dbus-connection-internal.h>
+#include <dbus/dbus-hash.h>
 #include <dbus/dbus-internals.h>
 #include <dbus/dbus-mainloop.h>
 #include <dbus/dbus-mcast-member.h>
@@ -28,6 +29,7 @@
 #include <dbus/dbus-sysdeps-seqpacket.h>
 #include <dbus/dbus-watch.h>
 #include "connection.h"
+#include "mcast-members.h"
 #include "mcast-routing.h"
 #include "services.h"
 #include "utils.h"
@@ -44,10 +46,27 @@ typedef struct
                                     once resumed */
 } Group;
 
+/* A call to a member that the daemon's member saw while monitors were
+ * connected and no reply yet: if its callee leaves, stock would show the
+ * monitors its NoReply error */
+typedef struct
+{
+  char *caller;                /**< unique name */
+  dbus_uint32_t serial;
+} Call;
+
+/* The calls waiting for one member's reply, oldest first */
+typedef struct
+{
+  DBusList *calls;             /**< Call * */
+} Callee;
+
 struct BusMcastObserver
 {
   BusContext *context;
   DBusList *groups;            /**< Group * */
+  DBusHashTable *callees;      /**< unique name -> Callee * */
+  int n_calls;                 /**< in all callees */
   dbus_bool_t offered;         /**< the bus may promote its clients */
   dbus_bool_t open;            /**< a monitor the daemon serves is connected */
   dbus_bool_t draining;        /**< forwarding: do not drain again */
@@ -102,6 +121,101 @@ group_free (Group *group)
   dbus_free (group);
 }
 
+static void
+call_free (Call *call)
+{
+  dbus_free (call->caller);
+  dbus_free (call);
+}
+
+static void
+callee_free (void *data)
+{
+  Callee *callee = data;
+
+  /* _dbus_hash_table_insert_string() frees the NULL value of a new key */
+  if (callee == NULL)
+    return;
+
+  _dbus_list_clear_full (&callee->calls, (DBusFreeFunction) call_free);
+  dbus_free (callee);
+}
+
+/* Remembers @message, a call from @caller (a unique name) to the member
+ * @recipient, until its reply or its callee's departure.  Beyond the
+ * bus's max_replies_per_connection calls in all, the monitors will not
+ * see the NoReply error of the rest. */
+static void
+call_made (BusMcastObserver *observer,
+           const char       *caller,
+           DBusConnection   *recipient,
+           DBusMessage      *message)
+{
+  const char *name = bus_connection_get_name (recipient);
+  Callee *callee;
+  Call *call;
+
+  if (observer->n_calls >= bus_context_get_max_replies_per_connection (observer->context))
+    return;
+
+  callee = _dbus_hash_table_lookup_string (observer->callees, name);
+  if (callee == NULL)
+    {
+      char *key = _dbus_strdup (name);
+
+      callee = dbus_new0 (Callee, 1);
+      if (key == NULL || callee == NULL ||
+          !_dbus_hash_table_insert_string (observer->callees, key, callee))
+        {
+          dbus_free (key);
+          dbus_free (callee);
+          return;
+        }
+    }
+
+  call = dbus_new0 (Call, 1);
+  if (call == NULL)
+    return;
+  call->caller = _dbus_strdup (caller);
+  call->serial = dbus_message_get_serial (message);
+  if (call->caller == NULL || !_dbus_list_append (&callee->calls, call))
+    {
+      call_free (call);
+      return;
+    }
+  observer->n_calls += 1;
+}
+
+/* @message, from the member @sender, answers a call it was made */
+static void
+call_answered (BusMcastObserver *observer,
+               const char       *sender,
+               DBusMessage      *message)
+{
+  Callee *callee = _dbus_hash_table_lookup_string (observer->callees, sender);
+  const char *caller = dbus_message_get_destination (message);
+  dbus_uint32_t serial = dbus_message_get_reply_serial (message);
+  DBusList *link;
+
+  if (callee == NULL || caller == NULL)
+    return;
+
+  for (link = _dbus_list_get_first_link (&callee->calls);
+       link != NULL;
+       link = _dbus_list_get_next_link (&callee->calls, link))
+    {
+      Call *call = link->data;
+
+      if (call->serial == serial && strcmp (call->caller, caller) == 0)
+        {
+          _dbus_list_remove_link (&callee->calls, link);
+          call_free (call);
+          observer->n_calls -= 1;
+          return;
+        }
+    }
+}
+
 BusMcastObserver *
 bus_mcast_observer_new (BusContext *context)
 {
@@ -111,10 +225,19 @@ bus_mcast_observer_new (BusContext *context)
   if (observer == NULL)
     return NULL;
 
+  observer->callees = _dbus_hash_table_new (DBUS_HASH_STRING, dbus_free,
+                                            callee_free);
+  if (observer->callees == NULL)
+    {
+      dbus_free (observer);
+      return NULL;
+    }
+
   /* Allocated once: reading the group must not fail for memory */
   if (!_dbus_string_init_preallocated (&observer->packet,
                                        DBUS_SEQPACKET_FRAGMENT_SIZE))
     {
+      _dbus_hash_table_unref (observer->callees);
       dbus_free (observer);
       return NULL;
     }
@@ -134,6 +257,7 @@ bus_mcast_observer_free (BusMcastObserver *observer)
   while ((group = _dbus_list_pop_first (&observer->groups)) != NULL)
     group_free (group);
 
+  _dbus_hash_table_unref (observer->callees);
   _dbus_string_free (&observer->packet);
   dbus_free (observer);
 }
@@ -180,6 +304,22 @@ forward (BusMcastObserver *observer,
       service = bus_registry_lookup (registry, &str);
       if (service != NULL)
         addressed_recipient = bus_service_get_primary_owners_connection (service);
+    }
+
+  switch (dbus_message_get_type (message))
+    {
+    case DBUS_MESSAGE_TYPE_METHOD_CALL:
+      if (!dbus_message_get_no_reply (message) && addressed_recipient != NULL &&
+          bus_mcast_members_is_member (addressed_recipient))
+        call_made (observer, _dbus_string_get_const_data (&name),
+                   addressed_recipient, message);
+      break;
+    case DBUS_MESSAGE_TYPE_METHOD_RETURN:
+    case DBUS_MESSAGE_TYPE_ERROR:
+      call_answered (observer, _dbus_string_get_const_data (&name), message);
+      break;
+    default:
+      break;
     }
 
   transaction = bus_transaction_new (observer->context);
@@ -483,6 +623,12 @@ bus_mcast_observer_offer (BusMcastObserver *observer,
 }
 
 dbus_bool_t
+bus_mcast_observer_offers (BusMcastObserver *observer)
+{
+  return observer->offered;
+}
+
+dbus_bool_t
 bus_mcast_observer_claim (BusMcastObserver *observer,
                           DBusServer       *server,
                           DBusConnection   *connection)
@@ -557,6 +703,85 @@ bus_mcast_observer_set_open (BusMcastObserver *observer,
         }
     }
 
+  /* Calls seen from now on are the monitors' business only */
+  if (!open)
+    {
+      DBusHashIter iter;
+
+      _dbus_hash_iter_init (observer->callees, &iter);
+      while (_dbus_hash_iter_next (&iter))
+        _dbus_hash_iter_remove_entry (&iter);
+      observer->n_calls = 0;
+    }
+
   observer->open = open;
   return TRUE;
+}
+
+/* Shows the monitors stock's NoReply error to @call, which @name never
+ * answered */
+static void
+show_no_reply (BusMcastObserver *observer,
+               Call             *call)
+{
+  BusRegistry *registry = bus_context_get_registry (observer->context);
+  const char *text = DBUS_MCAST_NO_REPLY_TEXT;
+  BusTransaction *transaction;
+  DBusMessage *error;
+  BusService *service;
+  DBusString caller;
+
+  _dbus_string_init_const (&caller, call->caller);
+  service = bus_registry_lookup (registry, &caller);
+  if (service == NULL)
+    return; /* the caller left too: stock drops the call */
+
+  error = dbus_message_new (DBUS_MESSAGE_TYPE_ERROR);
+  if (error == NULL)
+    return;
+
+  dbus_message_set_no_reply (error, TRUE);
+  transaction = NULL;
+  if (dbus_message_set_reply_serial (error, call->serial) &&
+      dbus_message_set_error_name (error, DBUS_ERROR_NO_REPLY) &&
+      dbus_message_set_sender (error, DBUS_SERVICE_DBUS) &&
+      dbus_message_set_destination (error, call->caller) &&
+      dbus_message_append_args (error, DBUS_TYPE_STRING, &text,
+                                DBUS_TYPE_INVALID) &&
+      (transaction = bus_transaction_new (observer->context)) != NULL)
+    {
+      if (bus_transaction_capture (transaction, NULL,
+                                   bus_service_get_primary_owners_connection (service),
+                                   error))
+        bus_transaction_execute_and_free (transaction);
+      else
+        bus_transaction_cancel_and_free (transaction);
+    }
+
+  dbus_message_unref (error);
+}
+
+void
+bus_mcast_observer_departed (BusMcastObserver *observer,
+                             const char       *name)
+{
+  Callee *callee;
+  Call *call;
+
+  if (observer == NULL)
+    return;
+
+  callee = _dbus_hash_table_lookup_string (observer->callees, name);
+  if (callee == NULL)
+    return;
+
+  /* Newest first, as stock's expire list sends them */
+  while ((call = _dbus_list_pop_last (&callee->calls)) != NULL)
+    {
+      show_no_reply (observer, call);
+      call_free (call);
+      observer->n_calls -= 1;
+    }
+
+  _dbus_hash_table_remove_string (observer->callees, name);
 }

@@ -27,6 +27,14 @@
  * diverts to the daemon's end of that connection, where it is read next:
  * no member ever waits for the daemon to read.
  *
+ * Calls between members do not pass the daemon, whose stock NoReply
+ * error to a call whose callee left (which the caller's libdbus makes
+ * itself, dbus-mcast-member.h) monitors would not see.  So while
+ * monitors are connected the daemon's member remembers the calls to
+ * members it reads until their replies, and when a callee leaves,
+ * bus_mcast_observer_departed() shows the monitors stock's error for
+ * each call it never answered.
+ *
  * Copyright (C) 2026 dbus-mcast contributors
  * SPDX-License-Identifier: AFL-2.1 OR GPL-2.0-or-later
  */
@@ -44,6 +52,7 @@ void              bus_mcast_observer_free     (BusMcastObserver *observer);
 void              bus_mcast_observer_offer    (BusMcastObserver *observer,
                                                DBusList         *servers,
                                                dbus_bool_t       offered);
+dbus_bool_t       bus_mcast_observer_offers   (BusMcastObserver *observer);
 dbus_bool_t       bus_mcast_observer_claim    (BusMcastObserver *observer,
                                                DBusServer       *server,
                                                DBusConnection   *connection);
@@ -51,5 +60,7 @@ dbus_bool_t       bus_mcast_observer_set_open (BusMcastObserver *observer,
                                                dbus_bool_t       open,
                                                DBusError        *error);
 void              bus_mcast_observer_drain    (BusMcastObserver *observer);
+void              bus_mcast_observer_departed (BusMcastObserver *observer,
+                                               const char       *name);
 
 #endif /* BUS_MCAST_OBSERVER_H */

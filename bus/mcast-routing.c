@@ -21,6 +21,7 @@
 #include <dbus/dbus-timeout.h>
 #include "connection.h"
 #include "mcast-members.h"
+#include "mcast-observer.h"
 #include "mcast-spill.h"
 #include "services.h"
 
@@ -41,23 +42,33 @@ typedef struct
   dbus_uint32_t serial;        /**< of the routed message */
 } Fence;
 
-/* A member left: the Departed signal every other member is owed, sent
+/* A member left: every other member is owed a Departed signal, sent
  * from the main loop, after the NameOwnerChanged signals of its names, as
- * stock's NoReply errors are */
+ * stock's NoReply errors are.  One signal tells of all the members that
+ * left since the last one. */
 typedef struct
 {
   BusMcastMembers *members;
-  DBusMessage *signal;         /**< without destination */
+  BusMcastObserver *observer;
+  char *name;                  /**< its unique name */
+  char **owned;                /**< the well-known names it owned */
 } Departure;
 
 struct BusMcastRouting
 {
   DBusLoop *loop;
-  DBusTimeout *send_fences;    /**< enabled while fences or departures are due */
+  DBusTimeout *send_fences;    /**< enabled while fences are due */
+  DBusTimeout *send_departures; /**< enabled while departures are due */
   DBusList *due;               /**< Fence *, in the order they fell due */
   DBusList *departures;        /**< Departure *, in the order members left */
   BusMcastRoutingStats stats;
 };
+
+/* How long the daemon gathers departures into one Departed signal: when
+ * N members leave together (a logout), each member gets a signal per
+ * DEPARTURES_DELAY_MS rather than one per departure.  What a caller
+ * waits for its NoReply errors. */
+#define DEPARTURES_DELAY_MS 5
 
 static dbus_int32_t arrival_slot = -1;
 static dbus_int32_t fence_slot = -1;
@@ -118,24 +129,72 @@ fence_free (Fence *fence)
 static void
 departure_free (Departure *departure)
 {
-  dbus_message_unref (departure->signal);
+  dbus_free (departure->name);
+  dbus_free_string_array (departure->owned);
   dbus_free (departure);
 }
 
-/* Sends @data, a Departure, to the member @connection (not a monitor:
- * monitors make no calls) behind the group copies the kernel diverted
- * from it so far, which may hold the departed member's last messages */
-static void
-send_departure (DBusConnection *connection,
-                void           *data)
+/* The Departed signal for @departures, without destination.  NULL if no
+ * memory. */
+static DBusMessage *
+new_departed (DBusList *departures)
 {
-  Departure *departure = data;
+  DBusMessageIter args, array, entry, owned;
+  DBusMessage *signal;
+  DBusList *link;
+  dbus_bool_t ok;
+  int i;
+
+  signal = dbus_message_new_signal (DBUS_PATH_DBUS, DBUS_MCAST_INTERFACE,
+                                    DBUS_MCAST_DEPARTED);
+  if (signal == NULL)
+    return NULL;
+
+  dbus_message_iter_init_append (signal, &args);
+  ok = dbus_message_set_sender (signal, DBUS_SERVICE_DBUS) &&
+       dbus_message_iter_open_container (&args, DBUS_TYPE_ARRAY, "(sas)",
+                                         &array);
+  for (link = _dbus_list_get_first_link (&departures);
+       ok && link != NULL;
+       link = _dbus_list_get_next_link (&departures, link))
+    {
+      Departure *departure = link->data;
+
+      ok = dbus_message_iter_open_container (&array, DBUS_TYPE_STRUCT, NULL,
+                                             &entry) &&
+           dbus_message_iter_append_basic (&entry, DBUS_TYPE_STRING,
+                                           &departure->name) &&
+           dbus_message_iter_open_container (&entry, DBUS_TYPE_ARRAY,
+                                             DBUS_TYPE_STRING_AS_STRING, &owned);
+      for (i = 0; ok && departure->owned[i] != NULL; i++)
+        ok = dbus_message_iter_append_basic (&owned, DBUS_TYPE_STRING,
+                                             &departure->owned[i]);
+      ok = ok && dbus_message_iter_close_container (&entry, &owned) &&
+           dbus_message_iter_close_container (&array, &entry);
+    }
+
+  if (ok && dbus_message_iter_close_container (&args, &array))
+    return signal;
+
+  dbus_message_unref (signal);
+  return NULL;
+}
+
+/* Sends @data, the Departed signal, to the member @connection (not a
+ * monitor: monitors make no calls) behind the group copies the kernel
+ * diverted from it so far, which may hold the departed members' last
+ * messages */
+static void
+send_departed (DBusConnection *connection,
+               void           *data)
+{
+  DBusMessage *departed = data;
   DBusMessage *signal;
 
   if (bus_connection_is_monitor (connection))
     return;
 
-  while ((signal = dbus_message_copy (departure->signal)) == NULL ||
+  while ((signal = dbus_message_copy (departed)) == NULL ||
          !dbus_message_set_destination (signal,
                                         bus_connection_get_name (connection)))
     {
@@ -154,7 +213,6 @@ static dbus_bool_t
 send_due_fences (void *data)
 {
   BusMcastRouting *routing = data;
-  Departure *departure;
   Fence *fence;
 
   while ((fence = _dbus_list_pop_first (&routing->due)) != NULL)
@@ -163,14 +221,76 @@ send_due_fences (void *data)
       fence_free (fence);
     }
 
-  while ((departure = _dbus_list_pop_first (&routing->departures)) != NULL)
-    {
-      bus_mcast_members_foreach (departure->members, send_departure, departure);
-      departure_free (departure);
-    }
-
   _dbus_timeout_disable (routing->send_fences);
   return TRUE;
+}
+
+static dbus_bool_t
+send_due_departures (void *data)
+{
+  BusMcastRouting *routing = data;
+  Departure *departure;
+  DBusMessage *departed;
+  DBusList *link;
+
+  _dbus_timeout_disable (routing->send_departures);
+  if (routing->departures == NULL)
+    return TRUE;
+
+  /* Without it members would wait for replies until their own timeouts:
+   * wait for memory, as the daemon does for the departures'
+   * NameOwnerChanged */
+  while ((departed = new_departed (routing->departures)) == NULL)
+    _dbus_wait_for_memory ();
+
+  /* Monitors see stock's errors, members make their own */
+  for (link = _dbus_list_get_first_link (&routing->departures);
+       link != NULL;
+       link = _dbus_list_get_next_link (&routing->departures, link))
+    {
+      departure = link->data;
+      bus_mcast_observer_departed (departure->observer, departure->name);
+    }
+
+  departure = _dbus_list_get_first (&routing->departures);
+  bus_mcast_members_foreach (departure->members, send_departed, departed);
+  dbus_message_unref (departed);
+  while ((departure = _dbus_list_pop_first (&routing->departures)) != NULL)
+    departure_free (departure);
+  return TRUE;
+}
+
+/* A disabled timeout of @loop that calls @function */
+static DBusTimeout *
+add_timeout (DBusLoop               *loop,
+             int                     interval,
+             DBusTimeoutHandler      function,
+             BusMcastRouting        *routing)
+{
+  DBusTimeout *timeout = _dbus_timeout_new (interval, function, routing, NULL);
+
+  if (timeout == NULL)
+    return NULL;
+
+  _dbus_timeout_disable (timeout);
+  if (!_dbus_loop_add_timeout (loop, timeout))
+    {
+      _dbus_timeout_unref (timeout);
+      return NULL;
+    }
+
+  return timeout;
+}
+
+static void
+remove_timeout (DBusLoop    *loop,
+                DBusTimeout *timeout)
+{
+  if (timeout == NULL)
+    return;
+
+  _dbus_loop_remove_timeout (loop, timeout);
+  _dbus_timeout_unref (timeout);
 }
 
 /* The free function of fence_slot: every recipient's copy of the message
@@ -201,30 +321,26 @@ bus_mcast_routing_new (DBusLoop *loop)
     return NULL;
 
   routing->loop = loop;
-  routing->send_fences = _dbus_timeout_new (0, send_due_fences, routing, NULL);
-  if (routing->send_fences == NULL)
-    goto failed;
-
-  _dbus_timeout_disable (routing->send_fences);
-  if (!_dbus_loop_add_timeout (loop, routing->send_fences))
+  routing->send_fences = add_timeout (loop, 0, send_due_fences, routing);
+  routing->send_departures = add_timeout (loop, DEPARTURES_DELAY_MS,
+                                          send_due_departures, routing);
+  if (routing->send_fences == NULL || routing->send_departures == NULL)
     goto failed;
 
   if (!dbus_message_allocate_data_slot (&arrival_slot))
-    goto failed_loop;
+    goto failed;
 
   if (!dbus_message_allocate_data_slot (&fence_slot))
     {
       dbus_message_free_data_slot (&arrival_slot);
-      goto failed_loop;
+      goto failed;
     }
 
   return routing;
 
- failed_loop:
-  _dbus_loop_remove_timeout (loop, routing->send_fences);
  failed:
-  if (routing->send_fences != NULL)
-    _dbus_timeout_unref (routing->send_fences);
+  remove_timeout (loop, routing->send_fences);
+  remove_timeout (loop, routing->send_departures);
   dbus_free (routing);
   return NULL;
 }
@@ -242,8 +358,8 @@ bus_mcast_routing_free (BusMcastRouting *routing)
     departure_free (departure);
 
   send_due_fences (routing);
-  _dbus_loop_remove_timeout (routing->loop, routing->send_fences);
-  _dbus_timeout_unref (routing->send_fences);
+  remove_timeout (routing->loop, routing->send_fences);
+  remove_timeout (routing->loop, routing->send_departures);
   dbus_message_free_data_slot (&fence_slot);
   dbus_message_free_data_slot (&arrival_slot);
   dbus_free (routing);
@@ -438,32 +554,19 @@ bus_mcast_routing_fence (BusMcastRouting *routing,
   }
 }
 
-/* The Departed signal for @connection: its unique name and the
- * well-known names it owns, which its peer filter holds.  NULL if no
- * memory. */
-static DBusMessage *
-new_departed (DBusConnection *connection)
+/* The well-known names @connection owns, which its peer filter holds.
+ * NULL if no memory. */
+static char **
+owned_names (DBusConnection *connection)
 {
   BusRegistry *registry = bus_connection_get_registry (connection);
-  const char *name = bus_connection_get_name (connection);
-  DBusMessage *signal;
-  DBusMessageIter args, array;
   char **names = NULL;
-  dbus_bool_t ok;
-  int i;
+  int i, n = 0;
 
-  signal = dbus_message_new_signal (DBUS_PATH_DBUS, DBUS_MCAST_INTERFACE,
-                                    DBUS_MCAST_DEPARTED);
-  if (signal == NULL)
+  if (!bus_registry_list_services (registry, &names, NULL))
     return NULL;
 
-  dbus_message_iter_init_append (signal, &args);
-  ok = dbus_message_set_sender (signal, DBUS_SERVICE_DBUS) &&
-       bus_registry_list_services (registry, &names, NULL) &&
-       dbus_message_iter_append_basic (&args, DBUS_TYPE_STRING, &name) &&
-       dbus_message_iter_open_container (&args, DBUS_TYPE_ARRAY,
-                                         DBUS_TYPE_STRING_AS_STRING, &array);
-  for (i = 0; ok && names[i] != NULL; i++)
+  for (i = 0; names[i] != NULL; i++)
     {
       DBusString str;
       BusService *service;
@@ -471,24 +574,13 @@ new_departed (DBusConnection *connection)
       _dbus_string_init_const (&str, names[i]);
       service = bus_registry_lookup (registry, &str);
       if (names[i][0] != ':' && service != NULL &&
-          bus_service_get_primary_owners_connection (service) == connection &&
-          !dbus_message_iter_append_basic (&array, DBUS_TYPE_STRING, &names[i]))
-        {
-          dbus_message_iter_abandon_container (&args, &array);
-          ok = FALSE;
-        }
+          bus_service_get_primary_owners_connection (service) == connection)
+        names[n++] = names[i];
+      else
+        dbus_free (names[i]);
     }
-
-  if (ok && !dbus_message_iter_close_container (&args, &array))
-    ok = FALSE;
-
-  dbus_free_string_array (names);
-  if (!ok)
-    {
-      dbus_message_unref (signal);
-      return NULL;
-    }
-  return signal;
+  names[n] = NULL;
+  return names;
 }
 
 void
@@ -506,13 +598,20 @@ bus_mcast_routing_departed (BusMcastRouting *routing,
    * NameOwnerChanged */
   while ((departure = dbus_new0 (Departure, 1)) == NULL)
     _dbus_wait_for_memory ();
-  while ((departure->signal = new_departed (connection)) == NULL)
+  while ((departure->name = _dbus_strdup (bus_connection_get_name (connection))) == NULL)
+    _dbus_wait_for_memory ();
+  while ((departure->owned = owned_names (connection)) == NULL)
     _dbus_wait_for_memory ();
   departure->members = members;
+  departure->observer =
+      bus_context_get_mcast_observer (bus_connection_get_context (connection));
   while (!_dbus_list_append (&routing->departures, departure))
     _dbus_wait_for_memory ();
 
-  _dbus_timeout_restart (routing->send_fences, 0);
+  /* From the first departure on: the ones that follow within the delay
+   * go into the same signal */
+  if (!dbus_timeout_get_enabled (routing->send_departures))
+    _dbus_timeout_restart (routing->send_departures, DEPARTURES_DELAY_MS);
 }
 
 void

@@ -19,9 +19,10 @@
  * copies are held at the daemon behind its copy until that is written
  * (mcast-spill.h), so that nothing the sender sends after the fence can
  * overtake it.  Calls between members do not pass the daemon either:
- * when a member leaves, every other member gets the daemon's Departed
- * signal (dbus-mcast-member.h), from which its libdbus answers the calls
- * the departed member will never answer with stock's NoReply error.
+ * when members leave, every other member gets one Departed signal for
+ * all that left since the last one (dbus-mcast-member.h), from which its
+ * libdbus answers the calls the departed members will never answer with
+ * stock's NoReply error.
  *
  * Copyright (C) 2026 dbus-mcast contributors
  * SPDX-License-Identifier: AFL-2.1 OR GPL-2.0-or-later

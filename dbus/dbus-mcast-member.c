@@ -481,44 +481,60 @@ hello_answered (DBusMcastMember  *member,
   return DBUS_MCAST_KEEP;
 }
 
-/* Whether @call can only be answered by the member @name that departed
- * owning @services: the call went to its unique name, or to a well-known
- * name it owned, which its peer filter held, so the kernel delivered the
- * call to it. */
+/* Whether @call can only be answered by the member that departed as
+ * @entry, a (sas) of the Departed signal: its unique name and the
+ * well-known names it owned.  The call went to its unique name, or to a
+ * well-known name it owned, which its peer filter held, so the kernel
+ * delivered the call to it. */
 static dbus_bool_t
-departed_was_callee (PendingCall  *call,
-                     const char   *name,
-                     char        **services,
-                     int           n_services)
+departed_was_callee (PendingCall     *call,
+                     DBusMessageIter *entry)
 {
-  int i;
+  DBusMessageIter fields, services;
+  const char *name;
 
   if (call->destination == NULL)
     return FALSE;
 
+  dbus_message_iter_recurse (entry, &fields);
+  dbus_message_iter_get_basic (&fields, &name);
   if (answered_by_destination (call))
     return strcmp (call->destination, name) == 0;
 
-  for (i = 0; i < n_services; i++)
+  dbus_message_iter_next (&fields);
+  dbus_message_iter_recurse (&fields, &services);
+  while (dbus_message_iter_get_arg_type (&services) == DBUS_TYPE_STRING)
     {
-      if (strcmp (call->destination, services[i]) == 0)
+      dbus_message_iter_get_basic (&services, &name);
+      if (strcmp (call->destination, name) == 0)
         return TRUE;
+      dbus_message_iter_next (&services);
     }
 
   return FALSE;
 }
 
-/* Newest call first: the order in which stock dbus-daemon sends the
- * NoReply errors of a departure (it prepends each call it expects a reply
- * to onto the list it walks then) */
-static int
-newest_first (const void *a,
-              const void *b)
+/* A call the Departed signal ends: which departure, and its serial */
+typedef struct
 {
-  dbus_uint32_t x = *(const dbus_uint32_t *) a;
-  dbus_uint32_t y = *(const dbus_uint32_t *) b;
+  int departure;
+  dbus_uint32_t serial;
+} Ended;
 
-  return x > y ? -1 : x < y;
+/* In the signal's order of departures, and newest call first within
+ * one: the order in which stock dbus-daemon sends the NoReply errors of
+ * its departures (it prepends each call it expects a reply to onto the
+ * list it walks then) */
+static int
+stock_order (const void *a,
+             const void *b)
+{
+  const Ended *x = a;
+  const Ended *y = b;
+
+  if (x->departure != y->departure)
+    return x->departure < y->departure ? -1 : 1;
+  return x->serial > y->serial ? -1 : x->serial < y->serial;
 }
 
 /* Appends to @out the error stock dbus-daemon sends when the recipient of
@@ -563,9 +579,9 @@ append_no_reply (DBusMcastMember *member,
 
 /* The daemon's Departed signal, at @start in @data, @len bytes: replaced
  * there by stock's NoReply error for each call of ours the departed
- * member will never answer, newest first.  Without memory
- * nothing changes and the signal is dropped: the calls then end with the
- * application's own timeout. */
+ * members will never answer.  Without memory nothing changes and the
+ * signal is dropped: the calls then end with the application's own
+ * timeout. */
 static DBusMcastVerdict
 member_departed (DBusMcastMember *member,
                  DBusString      *data,
@@ -574,10 +590,8 @@ member_departed (DBusMcastMember *member,
 {
   DBusError error = DBUS_ERROR_INIT;
   DBusMessage *signal;
-  const char *name;
-  char **services = NULL;
-  int n_services = 0;
-  dbus_uint32_t *serials = NULL;
+  DBusMessageIter args, entries;
+  Ended *ended = NULL;
   DBusString errors;
   DBusHashIter iter;
   DBusMcastVerdict verdict = DBUS_MCAST_DROP;
@@ -586,29 +600,38 @@ member_departed (DBusMcastMember *member,
   signal = dbus_message_demarshal (_dbus_string_get_const_data_len (data, start, len),
                                    len, &error);
   if (signal == NULL ||
-      !dbus_message_get_args (signal, &error, DBUS_TYPE_STRING, &name,
-                              DBUS_TYPE_ARRAY, DBUS_TYPE_STRING,
-                              &services, &n_services, DBUS_TYPE_INVALID))
+      !dbus_message_has_signature (signal, DBUS_MCAST_DEPARTED_SIGNATURE))
     {
       _dbus_verbose ("dbus-mcast: cannot read a Departed signal (%s)\n",
-                     error.message);
+                     signal == NULL ? error.message : "signature");
       dbus_error_free (&error);
       goto out;
     }
 
-  serials = dbus_new (dbus_uint32_t,
-                      _dbus_hash_table_get_n_entries (member->pending) + 1);
-  if (serials == NULL)
+  ended = dbus_new (Ended, _dbus_hash_table_get_n_entries (member->pending) + 1);
+  if (ended == NULL)
     goto out;
 
+  dbus_message_iter_init (signal, &args);
   _dbus_hash_iter_init (member->pending, &iter);
   while (_dbus_hash_iter_next (&iter))
     {
-      if (departed_was_callee (_dbus_hash_iter_get_value (&iter), name,
-                               services, n_services))
-        serials[n++] = _dbus_hash_iter_get_uintptr_key (&iter);
+      int departure = 0;
+
+      dbus_message_iter_recurse (&args, &entries);
+      while (dbus_message_iter_get_arg_type (&entries) == DBUS_TYPE_STRUCT)
+        {
+          if (departed_was_callee (_dbus_hash_iter_get_value (&iter), &entries))
+            {
+              ended[n].departure = departure;
+              ended[n++].serial = _dbus_hash_iter_get_uintptr_key (&iter);
+              break;
+            }
+          dbus_message_iter_next (&entries);
+          departure++;
+        }
     }
-  qsort (serials, n, sizeof (dbus_uint32_t), newest_first);
+  qsort (ended, n, sizeof (Ended), stock_order);
 
   if (!_dbus_string_init (&errors))
     goto out;
@@ -616,7 +639,7 @@ member_departed (DBusMcastMember *member,
   for (i = 0; i < n; i++)
     {
       if (!append_no_reply (member, &errors, dbus_message_get_serial (signal),
-                            serials[i]))
+                            ended[i].serial))
         goto out_errors;
     }
 
@@ -624,19 +647,17 @@ member_departed (DBusMcastMember *member,
                                  data, start, len))
     goto out_errors;
 
-  _dbus_verbose ("dbus-mcast: %s departed, %d calls end with NoReply\n",
-                 name, n);
+  _dbus_verbose ("dbus-mcast: members departed, %d calls end with NoReply\n", n);
   for (i = 0; i < n; i++)
-    _dbus_hash_table_remove_uintptr (member->pending, serials[i]);
+    _dbus_hash_table_remove_uintptr (member->pending, ended[i].serial);
   verdict = DBUS_MCAST_KEEP;
 
  out_errors:
   _dbus_string_free (&errors);
  out:
-  if (verdict != DBUS_MCAST_KEEP && serials != NULL)
+  if (verdict != DBUS_MCAST_KEEP && ended != NULL)
     _dbus_verbose ("dbus-mcast: no memory for the NoReply errors of a departure\n");
-  dbus_free (serials);
-  dbus_free_string_array (services);
+  dbus_free (ended);
   if (signal != NULL)
     dbus_message_unref (signal);
   return verdict;

@@ -50,14 +50,15 @@ DBUS_BEGIN_DECLS
 #define DBUS_MCAST_INTERFACE "org.freedesktop.DBus.Mcast"
 #define DBUS_MCAST_ROUTED "Routed"
 /** The daemon's departure signal: dbus-daemon sends it, as it sends
- * Routed, to every member once a member has disconnected, after
- * everything that member sent (its unique name, an s, and the well-known
- * names it owned, an as, are the arguments).  Calls between members do
- * not pass the daemon, so only the caller's libdbus knows which of them
- * the departed member will never answer: it completes them with stock's
+ * Routed, to every member once members have disconnected, after
+ * everything they sent.  Its argument lists the members that left since
+ * the last one, in the order they left: for each, its unique name and
+ * the well-known names it owned, an (sas).  Calls between members do not
+ * pass the daemon, so only the caller's libdbus knows which of them the
+ * departed members will never answer: it completes them with stock's
  * error, which dbus-daemon would have sent, and consumes the signal. */
 #define DBUS_MCAST_DEPARTED "Departed"
-#define DBUS_MCAST_DEPARTED_SIGNATURE "sas"
+#define DBUS_MCAST_DEPARTED_SIGNATURE "a(sas)"
 /** The text of stock dbus-daemon's NoReply error for a call whose
  * recipient disconnected (bus/connection.c) */
 #define DBUS_MCAST_NO_REPLY_TEXT \

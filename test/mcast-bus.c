@@ -80,6 +80,9 @@ static const gchar *restricted_address;
 static const gchar *limited_address;
 static const gchar *small_address;
 static const gchar *timed_address;
+/* a session bus whose configuration file the tests may edit and reload */
+static const gchar *reloading_address;
+static const gchar *reloading_config;
 static const gchar *activatable_name;
 
 /* The entries of a bus address list with the given transport */
@@ -1834,6 +1837,12 @@ is_owner_change_or_reply (DBusMessage *m, gconstpointer data)
   return is_owner_change (m, NULL) || dbus_message_get_reply_serial (m) != 0;
 }
 
+static gboolean
+is_no_reply (DBusMessage *m, gconstpointer data)
+{
+  return dbus_message_is_error (m, DBUS_ERROR_NO_REPLY);
+}
+
 /* The error stock dbus-daemon sends a caller whose callee disconnected
  * without replying to its call serial */
 static void
@@ -1877,8 +1886,7 @@ no_reply_case (gconstpointer data,
     }
   caller = peer_new (kinds[0]);
   callee = peer_new (kinds[1]);
-  fast = kinds[0] == PEER_MEMBER && kinds[1] == PEER_MEMBER && kernel_has_mcast () &&
-         !monitored;
+  fast = kinds[0] == PEER_MEMBER && kinds[1] == PEER_MEMBER && kernel_has_mcast ();
   watch_owner (caller, name);
   g_assert_cmpuint (request_or_release (callee, "RequestName", name), ==,
                     DBUS_REQUEST_NAME_REPLY_PRIMARY_OWNER);
@@ -1916,6 +1924,25 @@ no_reply_case (gconstpointer data,
       g_assert_cmpuint (dbus_message_get_reply_serial (m), !=, serials[1]);
       dbus_message_unref (m);
     }
+
+  /* The monitor sees the calls, then the errors, newest first, from the
+   * daemon to the caller, as stock shows them */
+  if (monitor != NULL)
+    {
+      for (i = 0; i < 2; i++)
+        {
+          m = peer_wait (monitor, is_test_call, NULL);
+          g_assert_cmpuint (dbus_message_get_serial (m), ==, serials[i]);
+          dbus_message_unref (m);
+        }
+      for (i = 0; i < 2; i++)
+        {
+          m = peer_wait (monitor, is_no_reply, NULL);
+          assert_no_reply (m, serials[1 - i]);
+          g_assert_cmpstr (dbus_message_get_destination (m), ==, caller->name);
+          dbus_message_unref (m);
+        }
+    }
   peer_free (caller);
   if (monitor != NULL)
     peer_free (monitor);
@@ -1927,9 +1954,9 @@ test_no_reply (gconstpointer data)
   no_reply_case (data, FALSE);
 }
 
-/* The same with a classic monitor, for which the daemon reads every
- * member's messages: it then answers NoReply itself, as stock, and the
- * caller still gets one error per call */
+/* The same with a classic monitor, which sees the calls and stock's
+ * NoReply errors to them (the daemon's own member of the group read the
+ * calls), while the caller still gets one error per call */
 static void
 test_no_reply_monitored (gconstpointer data)
 {
@@ -2200,11 +2227,11 @@ raw_wait (Raw              *r,
   g_error ("the raw client timed out waiting for a message");
 }
 
-/* Connects to the unixseq: entry of address and does what libdbus does:
- * the credentials byte, AUTH EXTERNAL, NEGOTIATE_UNIX_FD,
- * NEGOTIATE_MULTICAST, BEGIN, UNIX_PASSID if promoted, Hello */
+/* Connects to the unixseq: entry of address and does what libdbus does
+ * up to Hello: the credentials byte, AUTH EXTERNAL, NEGOTIATE_UNIX_FD,
+ * NEGOTIATE_MULTICAST, BEGIN, UNIX_PASSID if promoted */
 static Raw *
-raw_new (const gchar *address)
+raw_connect (const gchar *address)
 {
   Raw *r = g_new0 (Raw, 1);
   gchar *entry = address_entry (address, "unixseq:");
@@ -2216,8 +2243,6 @@ raw_new (const gchar *address)
   GString *auth = g_string_new ("AUTH EXTERNAL ");
   const gchar *p;
   gchar *line;
-  DBusMessage *hello, *reply;
-  const char *name;
 
   g_assert_true (dbus_parse_address (entry, &parsed, &n_parsed, &error));
   test_assert_no_error (&error);
@@ -2254,19 +2279,37 @@ raw_new (const gchar *address)
       g_assert_cmpint (setsockopt (r->fd, SOL_UNIX, UNIX_PASSID, &on, sizeof (on)), ==, 0);
     }
 
-  hello = dbus_message_new_method_call (DBUS_SERVICE_DBUS, DBUS_PATH_DBUS,
-                                        DBUS_INTERFACE_DBUS, "Hello");
+  g_string_free (auth, TRUE);
+  g_free (uid);
+  g_free (entry);
+  return r;
+}
+
+/* Sends Hello as the raw client: the serial */
+static dbus_uint32_t
+raw_send_hello (Raw *r)
+{
+  DBusMessage *hello = dbus_message_new_method_call (DBUS_SERVICE_DBUS, DBUS_PATH_DBUS,
+                                                     DBUS_INTERFACE_DBUS, "Hello");
+
   raw_send (r, hello, NULL);
   dbus_message_unref (hello);
-  reply = raw_wait (r, is_reply_to, GUINT_TO_POINTER (r->serial));
+  return r->serial;
+}
+
+/* raw_connect() and Hello */
+static Raw *
+raw_new (const gchar *address)
+{
+  Raw *r = raw_connect (address);
+  DBusMessage *reply;
+  const char *name;
+
+  reply = raw_wait (r, is_reply_to, GUINT_TO_POINTER (raw_send_hello (r)));
   g_assert_true (dbus_message_get_args (reply, NULL, DBUS_TYPE_STRING, &name,
                                         DBUS_TYPE_INVALID));
   r->name = g_strdup (name);
   dbus_message_unref (reply);
-
-  g_string_free (auth, TRUE);
-  g_free (uid);
-  g_free (entry);
   return r;
 }
 
@@ -2738,6 +2781,79 @@ assert_no_promotion (const gchar *address,
   raw_free (r);
   if (kernel_has_mcast ())
     g_assert_cmpuint (get_stat (p, "MulticastMembers"), ==, 0);
+}
+
+/* ReloadConfig on the bus at address, by p */
+static void
+reload_config (Peer *p)
+{
+  dbus_message_unref (driver_call (p, DBUS_INTERFACE_DBUS, "ReloadConfig",
+                                   DBUS_TYPE_INVALID));
+}
+
+/* A reload that makes the bus stop promoting (a deny rule) after a
+ * client agreed to NEGOTIATE_MULTICAST and before its Hello: the client
+ * waits for the Hello reply as a member would, so the daemon disconnects
+ * it then, as it disconnects the members at the reload.  Once the rule
+ * is gone again, the bus promotes again. */
+static void
+test_reload_before_hello (gconstpointer data)
+{
+  gchar *config, *denying;
+  GString *edited;
+  Peer *admin;
+  GBytes *packet;
+  Raw *r;
+
+  if (reloading_address == NULL || reloading_config == NULL)
+    {
+      g_test_skip ("DBUS_MCAST_TEST_RELOADING_ADDRESS is not set");
+      return;
+    }
+  if (!kernel_has_mcast ())
+    {
+      g_test_skip ("the kernel has no multicast AF_UNIX: the bus is classic");
+      return;
+    }
+
+  admin = peer_new_on (PEER_CLASSIC, reloading_address);
+  r = raw_connect (reloading_address);
+  g_assert_true (r->promoted);
+
+  g_assert_true (g_file_get_contents (reloading_config, &config, NULL, NULL));
+  edited = g_string_new (config);
+  g_assert_cmpint (g_string_replace (edited, "</busconfig>",
+                                     "<policy context=\"default\"><deny send_interface=\""
+                                     DENIED_IFACE "\"/></policy></busconfig>", 1), ==, 1);
+  denying = g_string_free (edited, FALSE);
+  g_assert_true (g_file_set_contents (reloading_config, denying, -1, NULL));
+  reload_config (admin);
+
+  raw_send_hello (r);
+  /* no Hello reply, only the end of the connection */
+  while ((packet = raw_recv_packet (r, 10000)) != NULL && g_bytes_get_size (packet) > 0)
+    {
+      DBusMessage *m = dbus_message_demarshal (g_bytes_get_data (packet, NULL),
+                                               g_bytes_get_size (packet), NULL);
+
+      g_assert_nonnull (m);
+      g_assert_false (is_reply_to (m, GUINT_TO_POINTER (r->serial)));
+      dbus_message_unref (m);
+      g_bytes_unref (packet);
+    }
+  g_assert_nonnull (packet);
+  g_bytes_unref (packet);
+  raw_free (r);
+
+  g_assert_true (g_file_set_contents (reloading_config, config, -1, NULL));
+  reload_config (admin);
+  r = raw_new (reloading_address);
+  g_assert_true (r->promoted);
+  raw_free (r);
+
+  g_free (denying);
+  g_free (config);
+  peer_free (admin);
 }
 
 /* ---- a bus with a deny rule ------------------------------------------------ */
@@ -3291,6 +3407,105 @@ test_monitor_burst (gconstpointer data)
   peer_free (emitter);
 }
 
+#define LEAVING_TOGETHER 8
+
+static gboolean
+is_departed (DBusMessage *m, gconstpointer data)
+{
+  return dbus_message_is_signal (m, "org.freedesktop.DBus.Mcast", "Departed");
+}
+
+/* Members that leave while the daemon is stopped: a member caller gets
+ * stock's NoReply for its call to each, and a hand-made member sees the
+ * daemon's private Departed signals name each departed member exactly
+ * once, several to a signal, since the daemon noticed them together. */
+static void
+test_no_reply_together (gconstpointer data)
+{
+  Peer *caller = peer_new (PEER_MEMBER);
+  Peer *leaving[LEAVING_TOGETHER];
+  dbus_uint32_t serials[LEAVING_TOGETHER];
+  GHashTable *left = g_hash_table_new_full (g_str_hash, g_str_equal, g_free, NULL);
+  const char *driver = DBUS_SERVICE_DBUS;
+  dbus_uint32_t daemon_pid;
+  guint i, n_signals = 0, n_errors = 0;
+  DBusMessage *m;
+  Raw *r;
+
+  if (!kernel_has_mcast ())
+    {
+      g_test_skip ("the kernel has no multicast AF_UNIX: the bus is classic");
+      g_hash_table_unref (left);
+      peer_free (caller);
+      return;
+    }
+
+  r = raw_new (bus_address);
+  g_assert_true (r->promoted);
+  for (i = 0; i < LEAVING_TOGETHER; i++)
+    {
+      leaving[i] = peer_new (PEER_MEMBER);
+      m = new_call (leaving[i]->name, "Hang", NULL);
+      serials[i] = peer_send (caller, m);
+      dbus_message_unref (m);
+      dbus_message_unref (peer_wait (leaving[i], is_test_call, NULL));
+    }
+  /* The daemon notices them all in one go */
+  m = driver_call (caller, DBUS_INTERFACE_DBUS, "GetConnectionUnixProcessID",
+                   DBUS_TYPE_STRING, &driver, DBUS_TYPE_INVALID);
+  g_assert_true (dbus_message_get_args (m, NULL, DBUS_TYPE_UINT32, &daemon_pid,
+                                        DBUS_TYPE_INVALID));
+  dbus_message_unref (m);
+  g_assert_cmpint (kill ((pid_t) daemon_pid, SIGSTOP), ==, 0);
+  for (i = 0; i < LEAVING_TOGETHER; i++)
+    peer_free (leaving[i]);
+  g_usleep (100000);
+  g_assert_cmpint (kill ((pid_t) daemon_pid, SIGCONT), ==, 0);
+
+  while (g_hash_table_size (left) < LEAVING_TOGETHER)
+    {
+      DBusMessageIter args, entries, entry;
+      const char *name;
+
+      m = raw_wait (r, is_departed, NULL);
+      g_assert_cmpstr (dbus_message_get_signature (m), ==, "a(sas)");
+      g_assert_cmpstr (dbus_message_get_sender (m), ==, DBUS_SERVICE_DBUS);
+      g_assert_cmpstr (dbus_message_get_destination (m), ==, r->name);
+      dbus_message_iter_init (m, &args);
+      dbus_message_iter_recurse (&args, &entries);
+      while (dbus_message_iter_get_arg_type (&entries) == DBUS_TYPE_STRUCT)
+        {
+          dbus_message_iter_recurse (&entries, &entry);
+          dbus_message_iter_get_basic (&entry, &name);
+          g_assert_true (g_hash_table_add (left, g_strdup (name)));
+          dbus_message_iter_next (&entries);
+        }
+      n_signals++;
+      dbus_message_unref (m);
+    }
+  g_test_message ("%u departures came in %u Departed signals", LEAVING_TOGETHER,
+                  n_signals);
+  g_assert_cmpuint (n_signals, <, LEAVING_TOGETHER);
+
+  while (n_errors < LEAVING_TOGETHER)
+    {
+      m = peer_wait (caller, is_no_reply, NULL);
+
+      for (i = 0; i < LEAVING_TOGETHER; i++)
+        if (dbus_message_get_reply_serial (m) == serials[i])
+          {
+            assert_no_reply (m, serials[i]);
+            serials[i] = 0;
+            n_errors++;
+          }
+      dbus_message_unref (m);
+    }
+
+  raw_free (r);
+  g_hash_table_unref (left);
+  peer_free (caller);
+}
+
 /* ---- main ------------------------------------------------------------------- */
 
 int
@@ -3329,6 +3544,8 @@ main (int    argc,
   limited_address = g_getenv ("DBUS_MCAST_TEST_LIMITED_ADDRESS");
   small_address = g_getenv ("DBUS_MCAST_TEST_SMALL_ADDRESS");
   timed_address = g_getenv ("DBUS_MCAST_TEST_TIMED_ADDRESS");
+  reloading_address = g_getenv ("DBUS_MCAST_TEST_RELOADING_ADDRESS");
+  reloading_config = g_getenv ("DBUS_MCAST_TEST_RELOADING_CONFIG");
   activatable_name = g_getenv ("DBUS_MCAST_TEST_ACTIVATABLE");
   if (bus_address == NULL || g_getenv ("DBUS_MCAST_STAGE") == NULL)
     {
@@ -3369,6 +3586,7 @@ main (int    argc,
     ADDF (test_names, triples_names[i], "/names/%s", triples_names[i]);
   ADD ("/no-reply/disconnect/monitored/member-member", test_no_reply_monitored,
        "member-member");
+  ADD ("/no-reply/disconnect/together", test_no_reply_together, NULL);
   for (i = 0; i < G_N_ELEMENTS (kinds); i++)
     {
       ADDF (test_add_match_order, kinds[i], "/order/add-match/%s", kinds[i]);
@@ -3401,6 +3619,7 @@ main (int    argc,
   ADD ("/policy/restricted", test_restricted, NULL);
   ADD ("/limits/max-message-size", test_small_messages, NULL);
   ADD ("/limits/reply-timeout", test_reply_timeout, NULL);
+  ADD ("/limits/reload-before-hello", test_reload_before_hello, NULL);
   for (i = 0; i < G_N_ELEMENTS (triples_stalled); i++)
     ADDF (test_stalled_subscriber, triples_stalled[i], "/isolation/stalled-subscriber/%s",
           triples_stalled[i]);

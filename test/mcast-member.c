@@ -811,22 +811,35 @@ test_broadcast (Fixture *f, gconstpointer data)
   dbus_message_unref (m);
 }
 
-/* "The daemon" tells A that name left, owning services */
+/* "The daemon" tells A that the members names left, in that order, the
+ * first one owning services */
 static void
 send_departed (Fixture     *f,
-               const char  *name,
+               const char **names,
+               int          n_names,
                const char **services,
                int          n_services)
 {
   DBusMessage *departed = dbus_message_new_signal (DBUS_PATH_DBUS,
                                                    DBUS_MCAST_INTERFACE,
                                                    DBUS_MCAST_DEPARTED);
+  DBusMessageIter args, array, entry, owned;
+  int i, j;
 
   driver_message (departed, f->a_name);
-  g_assert_true (dbus_message_append_args (departed, DBUS_TYPE_STRING, &name,
-                                           DBUS_TYPE_ARRAY, DBUS_TYPE_STRING,
-                                           &services, n_services,
-                                           DBUS_TYPE_INVALID));
+  dbus_message_iter_init_append (departed, &args);
+  g_assert_true (dbus_message_iter_open_container (&args, DBUS_TYPE_ARRAY, "(sas)", &array));
+  for (i = 0; i < n_names; i++)
+    {
+      g_assert_true (dbus_message_iter_open_container (&array, DBUS_TYPE_STRUCT, NULL, &entry));
+      g_assert_true (dbus_message_iter_append_basic (&entry, DBUS_TYPE_STRING, &names[i]));
+      g_assert_true (dbus_message_iter_open_container (&entry, DBUS_TYPE_ARRAY, "s", &owned));
+      for (j = 0; i == 0 && j < n_services; j++)
+        g_assert_true (dbus_message_iter_append_basic (&owned, DBUS_TYPE_STRING, &services[j]));
+      g_assert_true (dbus_message_iter_close_container (&entry, &owned));
+      g_assert_true (dbus_message_iter_close_container (&array, &entry));
+    }
+  g_assert_true (dbus_message_iter_close_container (&args, &array));
   send_flush (f, f->a_srv, departed);
   dbus_message_unref (departed);
 }
@@ -869,41 +882,20 @@ call_pending (Fixture     *f,
   pump (f);
 }
 
-/* The daemon's Departed signal: A's pending calls to the departed member's
- * unique name and to a well-known name it owned end with stock's NoReply
- * error, newest first; its call to someone else stays pending; the signal
- * itself is never dispatched; a second Departed, and the daemon's own
- * NoReply for a call already answered, change nothing. */
+/* Dispatches what A receives until it has *replies answers: only errors,
+ * never the Departed signal */
 static void
-test_departed (Fixture *f, gconstpointer data)
+wait_for_errors (Fixture *f,
+                 guint   *replies,
+                 guint    expected)
 {
-  const char *services[] = { "org.dbusmcast.Test.Other", "org.dbusmcast.Test.Owned" };
   gint64 deadline = g_get_monotonic_time () + TIMEOUT_US;
-  Answer answers[3];
-  guint replies = 0;
   DBusMessage *m;
-  const char *text;
-  int i;
 
-  if (g_test_failed () || f->a == NULL)
-    return;
-
-  call_pending (f, f->b_name, &answers[0], &replies);
-  call_pending (f, "org.dbusmcast.Test.Owned", &answers[1], &replies);
-  call_pending (f, ":1.9", &answers[2], &replies);
-  for (i = 0; i < 2; i++)
-    {
-      m = next_message (f, f->b);
-      g_assert_true (dbus_message_is_method_call (m, TEST_IFACE, "Hang"));
-      dbus_message_unref (m);
-    }
-
-  send_departed (f, f->b_name, services, G_N_ELEMENTS (services));
-  while (replies < 2)
+  while (*replies < expected)
     {
       g_assert_cmpint (g_get_monotonic_time (), <, deadline);
       pump (f);
-      /* only the errors, never the signal */
       m = dbus_connection_borrow_message (f->a);
       if (m == NULL)
         continue;
@@ -911,22 +903,65 @@ test_departed (Fixture *f, gconstpointer data)
       dbus_connection_return_message (f->a, m);
       dbus_connection_dispatch (f->a);
     }
+}
+
+/* answer is stock's NoReply error to A */
+static void
+assert_no_reply (Fixture *f,
+                 Answer  *answer)
+{
+  DBusMessage *m = answer->reply;
+  const char *text;
+
+  g_assert_cmpint (dbus_message_get_type (m), ==, DBUS_MESSAGE_TYPE_ERROR);
+  g_assert_cmpstr (dbus_message_get_error_name (m), ==, DBUS_ERROR_NO_REPLY);
+  g_assert_cmpstr (dbus_message_get_sender (m), ==, DBUS_SERVICE_DBUS);
+  g_assert_cmpstr (dbus_message_get_destination (m), ==, f->a_name);
+  g_assert_true (dbus_message_get_args (m, NULL, DBUS_TYPE_STRING, &text,
+                                        DBUS_TYPE_INVALID));
+  g_assert_cmpstr (text, ==, DBUS_MCAST_NO_REPLY_TEXT);
+}
+
+/* The daemon's Departed signal: A's pending calls to the departed member's
+ * unique name and to a well-known name it owned end with stock's NoReply
+ * error, newest first; its call to someone else stays pending; the signal
+ * itself is never dispatched; a second Departed, and the daemon's own
+ * NoReply for a call already answered, change nothing.  One signal for
+ * members that left together ends their calls in the order they left. */
+static void
+test_departed (Fixture *f, gconstpointer data)
+{
+  const char *services[] = { "org.dbusmcast.Test.Other", "org.dbusmcast.Test.Owned" };
+  const char *together[] = { ":1.8", ":1.9" };
+  const char *b[1];
+  Answer answers[4];
+  guint replies = 0;
+  DBusMessage *m;
+  int i;
+
+  if (g_test_failed () || f->a == NULL)
+    return;
+
+  call_pending (f, f->b_name, &answers[0], &replies);
+  call_pending (f, "org.dbusmcast.Test.Owned", &answers[1], &replies);
+  call_pending (f, together[1], &answers[2], &replies);
   for (i = 0; i < 2; i++)
     {
-      m = answers[i].reply;
-      g_assert_cmpint (dbus_message_get_type (m), ==, DBUS_MESSAGE_TYPE_ERROR);
-      g_assert_cmpstr (dbus_message_get_error_name (m), ==, DBUS_ERROR_NO_REPLY);
-      g_assert_cmpstr (dbus_message_get_sender (m), ==, DBUS_SERVICE_DBUS);
-      g_assert_cmpstr (dbus_message_get_destination (m), ==, f->a_name);
-      g_assert_true (dbus_message_get_args (m, NULL, DBUS_TYPE_STRING, &text,
-                                            DBUS_TYPE_INVALID));
-      g_assert_cmpstr (text, ==, DBUS_MCAST_NO_REPLY_TEXT);
+      m = next_message (f, f->b);
+      g_assert_true (dbus_message_is_method_call (m, TEST_IFACE, "Hang"));
+      dbus_message_unref (m);
     }
+
+  b[0] = f->b_name;
+  send_departed (f, b, 1, services, G_N_ELEMENTS (services));
+  wait_for_errors (f, &replies, 2);
+  for (i = 0; i < 2; i++)
+    assert_no_reply (f, &answers[i]);
   /* newest first, as stock sends them */
   g_assert_cmpuint (answers[1].rank, ==, 1);
   g_assert_cmpuint (answers[0].rank, ==, 2);
 
-  send_departed (f, f->b_name, services, G_N_ELEMENTS (services));
+  send_departed (f, b, 1, services, G_N_ELEMENTS (services));
   m = driver_message (dbus_message_new_error (answers[0].reply, DBUS_ERROR_NO_REPLY,
                                               "late"), f->a_name);
   g_assert_true (dbus_message_set_reply_serial (m, dbus_message_get_reply_serial (answers[0].reply)));
@@ -936,8 +971,16 @@ test_departed (Fixture *f, gconstpointer data)
   g_assert_cmpuint (replies, ==, 2);
   g_assert_null (answers[2].reply);
 
-  dbus_message_unref (answers[0].reply);
-  dbus_message_unref (answers[1].reply);
+  call_pending (f, together[0], &answers[3], &replies);
+  send_departed (f, together, G_N_ELEMENTS (together), NULL, 0);
+  wait_for_errors (f, &replies, 4);
+  assert_no_reply (f, &answers[3]);
+  assert_no_reply (f, &answers[2]);
+  g_assert_cmpuint (answers[3].rank, ==, 3);
+  g_assert_cmpuint (answers[2].rank, ==, 4);
+
+  for (i = 0; i < 4; i++)
+    dbus_message_unref (answers[i].reply);
 }
 
 /* While C waits for its Hello reply, the acceptor has admitted it
