@@ -40,6 +40,9 @@ typedef struct
    * monitor's destination= keys the way the daemon does) */
   dbus_bool_t selective;
   DBusList *names;             /**< during a flush: the names it owns */
+  DBusList *compiled_names;    /**< member: copies of the names its peer
+                                    filter holds */
+  dbus_bool_t names_known;     /**< compiled_names is complete */
   dbus_bool_t stale;           /**< member: its peer filter must be compiled again */
   BusMcastProgram peer_filter; /**< member: the program installed */
   BusMcastProgram copy_filter; /**< member: the daemon's program for its copies */
@@ -50,6 +53,7 @@ struct BusMcastMembers
   BusContext *context;
   DBusList *members;           /**< BusMcastConnection *, admitted ones */
   DBusList *classic;           /**< BusMcastConnection *, classic ones with rules */
+  dbus_uint32_t compilations;  /**< members' peer filters compiled */
   int n_classic_monitors;      /**< monitors the daemon serves, from its
                                     own member of the group */
   dbus_bool_t dirty;           /**< some filter may be out of date */
@@ -93,6 +97,7 @@ mcast_connection_free (void *data)
 
   _dbus_list_clear_full (&mc->rules, (DBusFreeFunction) _dbus_match_rule_unref);
   _dbus_list_clear (&mc->names);
+  _dbus_list_clear_full (&mc->compiled_names, dbus_free);
   bus_mcast_program_clear (&mc->peer_filter);
   bus_mcast_program_clear (&mc->copy_filter);
   dbus_free (mc);
@@ -199,6 +204,12 @@ int
 bus_mcast_members_get_n_members (BusMcastMembers *members)
 {
   return _dbus_list_get_length (&members->members);
+}
+
+dbus_uint32_t
+bus_mcast_members_get_compilations (BusMcastMembers *members)
+{
+  return members->compilations;
 }
 
 /* The unique name owning @rule's well-known sender name, or NULL. */
@@ -424,6 +435,60 @@ set_program (DBusConnection        *connection,
   return TRUE;
 }
 
+/* Whether the names @mc owns now (mc->names) are those its peer filter
+ * holds, in any order */
+static dbus_bool_t
+names_unchanged (BusMcastConnection *mc)
+{
+  DBusList *link, *other;
+
+  if (!mc->names_known ||
+      _dbus_list_get_length (&mc->names) != _dbus_list_get_length (&mc->compiled_names))
+    return FALSE;
+
+  for (link = _dbus_list_get_first_link (&mc->names);
+       link != NULL;
+       link = _dbus_list_get_next_link (&mc->names, link))
+    {
+      for (other = _dbus_list_get_first_link (&mc->compiled_names);
+           other != NULL;
+           other = _dbus_list_get_next_link (&mc->compiled_names, other))
+        {
+          if (strcmp (link->data, other->data) == 0)
+            break;
+        }
+      if (other == NULL)
+        return FALSE;
+    }
+
+  return TRUE;
+}
+
+/* @mc's peer filter now holds mc->names.  Without memory to remember
+ * them, the next flush compiles it again. */
+static void
+remember_names (BusMcastConnection *mc)
+{
+  DBusList *link;
+
+  _dbus_list_clear_full (&mc->compiled_names, dbus_free);
+  mc->names_known = TRUE;
+  for (link = _dbus_list_get_first_link (&mc->names);
+       link != NULL;
+       link = _dbus_list_get_next_link (&mc->names, link))
+    {
+      char *copy = _dbus_strdup (link->data);
+
+      if (copy == NULL || !_dbus_list_append (&mc->compiled_names, copy))
+        {
+          dbus_free (copy);
+          _dbus_list_clear_full (&mc->compiled_names, dbus_free);
+          mc->names_known = FALSE;
+          return;
+        }
+    }
+}
+
 /* Bring @mc's two programs up to date; both are in the kernel when this
  * returns TRUE.  Its peer filter is compiled again only when it is stale:
  * one member's AddMatch must not cost a compilation for every member. */
@@ -439,14 +504,16 @@ update_member (BusMcastMembers       *members,
 
   /* The member's own filter first: a name it gains reaches it before the
    * daemon stops receiving it (doc/design.md). */
-  if (mc->stale)
+  if (mc->stale || !names_unchanged (mc))
     {
+      members->compilations += 1;
       ok = compile_filter (members, mc, &peer, error) &&
            set_program (mc->connection, SOL_UNIX, UNIX_PEER_FILTER, &peer,
                         &mc->peer_filter, error);
       bus_mcast_program_clear (&peer);
       if (!ok)
         return FALSE;
+      remember_names (mc);
       mc->stale = FALSE;
     }
 
@@ -761,13 +828,28 @@ bus_mcast_members_name_owner_changed (BusMcastMembers *members,
   members->daemon_stale = TRUE;
   members->dirty = TRUE;
 
-  /* A unique name is compiled as itself; a well-known one, which rules'
-   * sender= keys and members' own names use, may be in any program. */
+  /* A unique name is compiled as itself.  A well-known one is in the
+   * programs of its old and new owners, which the flush finds by their
+   * names (names_unchanged()), and of the members whose rules' sender=
+   * keys name it, compiled as its owner's unique name. */
   if (name[0] == ':')
     return;
 
   for (link = _dbus_list_get_first_link (&members->members);
        link != NULL;
        link = _dbus_list_get_next_link (&members->members, link))
-    ((BusMcastConnection *) link->data)->stale = TRUE;
+    {
+      BusMcastConnection *mc = link->data;
+      DBusList *rule;
+
+      for (rule = _dbus_list_get_first_link (&mc->rules);
+           rule != NULL && !mc->stale;
+           rule = _dbus_list_get_next_link (&mc->rules, rule))
+        {
+          const char *sender = ((DBusMatchRule *) rule->data)->sender;
+
+          if (sender != NULL && strcmp (sender, name) == 0)
+            mc->stale = TRUE;
+        }
+    }
 }

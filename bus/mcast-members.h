@@ -13,7 +13,9 @@
  * in bus_mcast_members_flush(), which dbus-daemon calls before any
  * transaction's messages go out: a client that receives the reply to its
  * AddMatch or RequestName, or a NameOwnerChanged, finds the kernel filters
- * already updated.  A bus without members compiles nothing.
+ * already updated.  A name change recompiles only the members it
+ * affects: the name's old and new owners and the members whose rules
+ * name it as sender.  A bus without members compiles nothing.
  *
  * Copyright (C) 2026 dbus-mcast contributors
  * SPDX-License-Identifier: AFL-2.1 OR GPL-2.0-or-later
@@ -35,6 +37,7 @@ dbus_bool_t      bus_mcast_members_add            (BusMcastMembers   *members,
 dbus_bool_t      bus_mcast_members_is_member      (DBusConnection    *connection);
 dbus_bool_t      bus_mcast_members_gets_group_traffic (DBusConnection *connection);
 int              bus_mcast_members_get_n_members  (BusMcastMembers   *members);
+dbus_uint32_t    bus_mcast_members_get_compilations (BusMcastMembers *members);
 void             bus_mcast_members_disconnected   (BusMcastMembers   *members,
                                                    DBusConnection    *connection);
 /* Called for each member the kernel delivers group traffic to */

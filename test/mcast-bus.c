@@ -1089,6 +1089,65 @@ request_or_release (Peer        *p,
   return result;
 }
 
+/* The peer filters compiled since before */
+static guint64
+compiled_since (Peer    *p,
+                guint64  before)
+{
+  return get_stat (p, "MulticastPeerFilterCompilations") - before;
+}
+
+/* A well-known name that moves recompiles the peer filters of the members
+ * it concerns only: its old and new owners, and the members whose rules
+ * name it as sender; other members (here four, and whoever else is on the
+ * bus) keep theirs */
+static void
+test_names_recompile (gconstpointer data)
+{
+  const gchar *name = "org.dbusmcast.BusTest.Moving";
+  Peer *bystanders[4], *owner, *heir, *subscriber;
+  gchar *rule;
+  guint64 before;
+  guint i;
+
+  if (!kernel_has_mcast ())
+    {
+      g_test_skip ("the kernel has no multicast AF_UNIX: the bus is classic");
+      return;
+    }
+
+  for (i = 0; i < G_N_ELEMENTS (bystanders); i++)
+    bystanders[i] = peer_new (PEER_MEMBER);
+  owner = peer_new (PEER_MEMBER);
+  heir = peer_new (PEER_MEMBER);
+  subscriber = peer_new (PEER_MEMBER);
+  rule = g_strdup_printf ("type='signal',sender='%s'", name);
+  peer_add_match (subscriber, rule);
+
+  before = get_stat (owner, "MulticastPeerFilterCompilations");
+  g_assert_cmpuint (request_or_release (owner, "RequestName", name), ==,
+                    DBUS_REQUEST_NAME_REPLY_PRIMARY_OWNER);
+  g_assert_cmpuint (compiled_since (owner, before), ==, 2);
+
+  /* queued: nothing moved */
+  before = get_stat (owner, "MulticastPeerFilterCompilations");
+  g_assert_cmpuint (request_or_release (heir, "RequestName", name), ==,
+                    DBUS_REQUEST_NAME_REPLY_IN_QUEUE);
+  g_assert_cmpuint (compiled_since (owner, before), ==, 0);
+
+  before = get_stat (owner, "MulticastPeerFilterCompilations");
+  g_assert_cmpuint (request_or_release (owner, "ReleaseName", name), ==,
+                    DBUS_RELEASE_NAME_REPLY_RELEASED);
+  g_assert_cmpuint (compiled_since (owner, before), ==, 3);
+
+  g_free (rule);
+  peer_free (subscriber);
+  peer_free (heir);
+  peer_free (owner);
+  for (i = 0; i < G_N_ELEMENTS (bystanders); i++)
+    peer_free (bystanders[i]);
+}
+
 /* first owns a name, second queues for it, first releases it: the
  * signals, and calls to the name reach whoever owns it at the time */
 static void
@@ -3584,6 +3643,7 @@ main (int    argc,
     }
   for (i = 0; i < G_N_ELEMENTS (triples_names); i++)
     ADDF (test_names, triples_names[i], "/names/%s", triples_names[i]);
+  ADD ("/names/recompile", test_names_recompile, NULL);
   ADD ("/no-reply/disconnect/monitored/member-member", test_no_reply_monitored,
        "member-member");
   ADD ("/no-reply/disconnect/together", test_no_reply_together, NULL);
