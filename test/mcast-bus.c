@@ -3466,7 +3466,7 @@ test_monitor_burst (gconstpointer data)
   peer_free (emitter);
 }
 
-#define LEAVING_TOGETHER 8
+#define LEAVING_TOGETHER 16
 
 static gboolean
 is_departed (DBusMessage *m, gconstpointer data)
