@@ -644,7 +644,7 @@ bus_mcast_members_disconnected (BusMcastMembers *members,
 
   /* Monitors see what it sent before it left, while its name still
    * resolves */
-  if (mc->member)
+  if (mc->member && members->n_classic_monitors > 0)
     bus_mcast_observer_drain (bus_context_get_mcast_observer (members->context));
 
   if (mc->member && !mc->monitor)

@@ -18,7 +18,6 @@
 #include <sys/un.h>
 #include <linux/filter.h>
 
-#include <dbus/dbus-connection-internal.h>
 #include <dbus/dbus-hash.h>
 #include <dbus/dbus-internals.h>
 #include <dbus/dbus-mainloop.h>
@@ -262,6 +261,41 @@ bus_mcast_observer_free (BusMcastObserver *observer)
   dbus_free (observer);
 }
 
+/* The connection that owns @name now, or NULL */
+static DBusConnection *
+owner_of (BusMcastObserver *observer,
+          const char       *name)
+{
+  BusService *service;
+  DBusString str;
+
+  _dbus_string_init_const (&str, name);
+  service = bus_registry_lookup (bus_context_get_registry (observer->context),
+                                 &str);
+  return service != NULL ? bus_service_get_primary_owners_connection (service) : NULL;
+}
+
+/* Shows @message, from @sender (NULL: the bus driver) to
+ * @addressed_recipient (NULL: none or the driver), to the monitors the
+ * daemon serves, as dispatch shows them a message */
+static void
+show_monitors (BusMcastObserver *observer,
+               DBusConnection   *sender,
+               DBusConnection   *addressed_recipient,
+               DBusMessage      *message)
+{
+  BusTransaction *transaction = bus_transaction_new (observer->context);
+
+  if (transaction == NULL)
+    return;
+
+  if (bus_transaction_capture (transaction, sender, addressed_recipient,
+                               message))
+    bus_transaction_execute_and_free (transaction);
+  else
+    bus_transaction_cancel_and_free (transaction);
+}
+
 /* Shows @message, a group message of the member with kernel id
  * @sender_id, to the monitors the daemon serves, as dispatch would have */
 static void
@@ -269,11 +303,8 @@ forward (BusMcastObserver *observer,
          dbus_uint64_t     sender_id,
          DBusMessage      *message)
 {
-  BusRegistry *registry = bus_context_get_registry (observer->context);
-  DBusConnection *sender = NULL, *addressed_recipient = NULL;
-  BusTransaction *transaction;
+  DBusConnection *addressed_recipient = NULL;
   const char *destination;
-  BusService *service;
   DBusString name;
 
   /* What the daemon routes as it came straight, monitors see from there */
@@ -291,20 +322,9 @@ forward (BusMcastObserver *observer,
       !dbus_message_set_container_instance (message, NULL))
     goto out;
 
-  service = bus_registry_lookup (registry, &name);
-  if (service != NULL)
-    sender = bus_service_get_primary_owners_connection (service);
-
   destination = dbus_message_get_destination (message);
   if (destination != NULL && strcmp (destination, DBUS_SERVICE_DBUS) != 0)
-    {
-      DBusString str;
-
-      _dbus_string_init_const (&str, destination);
-      service = bus_registry_lookup (registry, &str);
-      if (service != NULL)
-        addressed_recipient = bus_service_get_primary_owners_connection (service);
-    }
+    addressed_recipient = owner_of (observer, destination);
 
   switch (dbus_message_get_type (message))
     {
@@ -322,15 +342,9 @@ forward (BusMcastObserver *observer,
       break;
     }
 
-  transaction = bus_transaction_new (observer->context);
-  if (transaction == NULL)
-    goto out;
-
-  if (bus_transaction_capture (transaction, sender, addressed_recipient,
-                               message))
-    bus_transaction_execute_and_free (transaction);
-  else
-    bus_transaction_cancel_and_free (transaction);
+  show_monitors (observer,
+                 owner_of (observer, _dbus_string_get_const_data (&name)),
+                 addressed_recipient, message);
 
  out:
   _dbus_string_free (&name);
@@ -718,46 +732,23 @@ bus_mcast_observer_set_open (BusMcastObserver *observer,
   return TRUE;
 }
 
-/* Shows the monitors stock's NoReply error to @call, which @name never
- * answered */
+/* Shows the monitors stock's NoReply error to @call, which its callee
+ * never answered */
 static void
 show_no_reply (BusMcastObserver *observer,
                Call             *call)
 {
-  BusRegistry *registry = bus_context_get_registry (observer->context);
-  const char *text = DBUS_MCAST_NO_REPLY_TEXT;
-  BusTransaction *transaction;
+  DBusConnection *caller = owner_of (observer, call->caller);
   DBusMessage *error;
-  BusService *service;
-  DBusString caller;
 
-  _dbus_string_init_const (&caller, call->caller);
-  service = bus_registry_lookup (registry, &caller);
-  if (service == NULL)
+  if (caller == NULL)
     return; /* the caller left too: stock drops the call */
 
-  error = dbus_message_new (DBUS_MESSAGE_TYPE_ERROR);
+  error = _dbus_mcast_no_reply_new (call->caller, call->serial);
   if (error == NULL)
     return;
 
-  dbus_message_set_no_reply (error, TRUE);
-  transaction = NULL;
-  if (dbus_message_set_reply_serial (error, call->serial) &&
-      dbus_message_set_error_name (error, DBUS_ERROR_NO_REPLY) &&
-      dbus_message_set_sender (error, DBUS_SERVICE_DBUS) &&
-      dbus_message_set_destination (error, call->caller) &&
-      dbus_message_append_args (error, DBUS_TYPE_STRING, &text,
-                                DBUS_TYPE_INVALID) &&
-      (transaction = bus_transaction_new (observer->context)) != NULL)
-    {
-      if (bus_transaction_capture (transaction, NULL,
-                                   bus_service_get_primary_owners_connection (service),
-                                   error))
-        bus_transaction_execute_and_free (transaction);
-      else
-        bus_transaction_cancel_and_free (transaction);
-    }
-
+  show_monitors (observer, NULL, caller, error);
   dbus_message_unref (error);
 }
 

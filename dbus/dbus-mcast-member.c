@@ -537,6 +537,40 @@ stock_order (const void *a,
   return x->serial > y->serial ? -1 : x->serial < y->serial;
 }
 
+/**
+ * The error stock dbus-daemon sends @destination when the recipient of its
+ * call @reply_serial disconnected without replying (bus/connection.c),
+ * without a serial: the caller's libdbus makes it in the Departed
+ * signal's place, and dbus-daemon shows it to its monitors.
+ *
+ * @param destination the caller's unique name
+ * @param reply_serial the call's serial
+ * @returns the error, or #NULL if no memory
+ */
+DBusMessage *
+_dbus_mcast_no_reply_new (const char    *destination,
+                          dbus_uint32_t  reply_serial)
+{
+  const char *text = DBUS_MCAST_NO_REPLY_TEXT;
+  DBusMessage *error;
+
+  error = dbus_message_new (DBUS_MESSAGE_TYPE_ERROR);
+  if (error == NULL)
+    return NULL;
+
+  dbus_message_set_no_reply (error, TRUE);
+  if (dbus_message_set_reply_serial (error, reply_serial) &&
+      dbus_message_set_error_name (error, DBUS_ERROR_NO_REPLY) &&
+      dbus_message_set_sender (error, DBUS_SERVICE_DBUS) &&
+      dbus_message_set_destination (error, destination) &&
+      dbus_message_append_args (error, DBUS_TYPE_STRING, &text,
+                                DBUS_TYPE_INVALID))
+    return error;
+
+  dbus_message_unref (error);
+  return NULL;
+}
+
 /* Appends to @out the error stock dbus-daemon sends when the recipient of
  * our call @reply_serial disconnects without replying.  It carries
  * @serial, the Departed signal's: the daemon's connection numbered that
@@ -547,32 +581,19 @@ append_no_reply (DBusMcastMember *member,
                  dbus_uint32_t    serial,
                  dbus_uint32_t    reply_serial)
 {
-  const char *text = DBUS_MCAST_NO_REPLY_TEXT;
-  const char *name = member->name;
   const DBusString *header, *body;
   DBusMessage *error;
   dbus_bool_t ok;
 
-  error = dbus_message_new (DBUS_MESSAGE_TYPE_ERROR);
+  error = _dbus_mcast_no_reply_new (member->name, reply_serial);
   if (error == NULL)
     return FALSE;
 
-  dbus_message_set_no_reply (error, TRUE);
-  ok = dbus_message_set_reply_serial (error, reply_serial) &&
-       dbus_message_set_error_name (error, DBUS_ERROR_NO_REPLY) &&
-       dbus_message_set_sender (error, DBUS_SERVICE_DBUS) &&
-       dbus_message_set_destination (error, name) &&
-       dbus_message_append_args (error, DBUS_TYPE_STRING, &text,
-                                 DBUS_TYPE_INVALID);
-  if (ok)
-    {
-      dbus_message_set_serial (error, serial);
-      dbus_message_lock (error);
-      _dbus_message_get_network_data (error, &header, &body);
-      ok = _dbus_string_copy (header, 0, out, _dbus_string_get_length (out)) &&
-           _dbus_string_copy (body, 0, out, _dbus_string_get_length (out));
-    }
-
+  dbus_message_set_serial (error, serial);
+  dbus_message_lock (error);
+  _dbus_message_get_network_data (error, &header, &body);
+  ok = _dbus_string_copy (header, 0, out, _dbus_string_get_length (out)) &&
+       _dbus_string_copy (body, 0, out, _dbus_string_get_length (out));
   dbus_message_unref (error);
   return ok;
 }

@@ -104,6 +104,9 @@ DBusMcastVerdict _dbus_mcast_load_packet    (dbus_uint64_t      sender_id,
                                             int                len,
                                             DBusMessage      **message);
 DBUS_PRIVATE_EXPORT
+DBusMessage  *_dbus_mcast_no_reply_new      (const char    *destination,
+                                            dbus_uint32_t  reply_serial);
+DBUS_PRIVATE_EXPORT
 dbus_bool_t   _dbus_mcast_group_can_carry   (DBusMessage *message);
 DBUS_PRIVATE_EXPORT
 dbus_bool_t   _dbus_mcast_is_fenced         (DBusMessage *message);
