@@ -15,13 +15,16 @@
 #include <string.h>
 #include <sys/socket.h>
 
+#include <dbus/dbus-hash.h>
 #include <dbus/dbus-list.h>
+#include <dbus/dbus-mcast-member.h>
 #include <dbus/dbus-mcast-uapi.h>
 #include <dbus/dbus-match-rule.h>
 #include "connection.h"
 #include "mcast-filter.h"
 #include "mcast-observer.h"
 #include "mcast-routing.h"
+#include "mcast-spill.h"
 #include "services.h"
 #include "utils.h"
 
@@ -46,6 +49,9 @@ typedef struct
   dbus_bool_t stale;           /**< member: its peer filter must be compiled again */
   BusMcastProgram peer_filter; /**< member: the program installed */
   BusMcastProgram copy_filter; /**< member: the daemon's program for its copies */
+  /** member: well-known name -> unique name of its owner ("" for none),
+   * as the member was told for its rules' sender= keys (tell_owners()) */
+  DBusHashTable *told;
 } BusMcastConnection;
 
 struct BusMcastMembers
@@ -100,6 +106,8 @@ mcast_connection_free (void *data)
   _dbus_list_clear_full (&mc->compiled_names, dbus_free);
   bus_mcast_program_clear (&mc->peer_filter);
   bus_mcast_program_clear (&mc->copy_filter);
+  if (mc->told != NULL)
+    _dbus_hash_table_unref (mc->told);
   dbus_free (mc);
 }
 
@@ -210,6 +218,39 @@ dbus_uint32_t
 bus_mcast_members_get_compilations (BusMcastMembers *members)
 {
   return members->compilations;
+}
+
+/* How closely @connection's peer filter follows its match rules, as
+ * GetConnectionStats reports it; NULL if it is not a member */
+const char *
+bus_mcast_members_get_precision (DBusConnection *connection)
+{
+  BusMcastConnection *mc = mcast_connection_get (connection);
+
+  if (mc == NULL || !mc->member)
+    return NULL;
+
+  switch (mc->peer_filter.precision)
+    {
+    case BUS_MCAST_PRECISION_EXACT:
+      return "exact";
+    case BUS_MCAST_PRECISION_NO_ARGS:
+      return "no-args";
+    case BUS_MCAST_PRECISION_SENDERS:
+      return "senders";
+    case BUS_MCAST_PRECISION_SIGNALS:
+    default:
+      return "signals";
+    }
+}
+
+/* Whether @rule's sender= key is a well-known name other than the bus
+ * driver's, which only the name's owner may match */
+static dbus_bool_t
+has_owned_sender (const DBusMatchRule *rule)
+{
+  return rule->sender != NULL && rule->sender[0] != ':' &&
+         strcmp (rule->sender, DBUS_SERVICE_DBUS) != 0;
 }
 
 /* The unique name owning @rule's well-known sender name, or NULL. */
@@ -489,6 +530,183 @@ remember_names (BusMcastConnection *mc)
     }
 }
 
+/* The owners now of the well-known names that @mc's rules' sender= keys
+ * name, into @owners: name -> unique name, "" for none, neither copied.
+ * FALSE on OOM. */
+static dbus_bool_t
+collect_sender_owners (BusRegistry        *registry,
+                       BusMcastConnection *mc,
+                       DBusHashTable      *owners)
+{
+  DBusList *link;
+
+  for (link = _dbus_list_get_first_link (&mc->rules);
+       link != NULL;
+       link = _dbus_list_get_next_link (&mc->rules, link))
+    {
+      DBusMatchRule *rule = link->data;
+      const char *owner;
+
+      if (!has_owned_sender (rule))
+        continue;
+
+      owner = rule_sender_owner (registry, rule);
+      if (!_dbus_hash_table_insert_string (owners, rule->sender,
+                                           (char *) (owner != NULL ? owner : "")))
+        return FALSE;
+    }
+
+  return TRUE;
+}
+
+/* Appends (@name, @owner) to the array of an Owners signal */
+static dbus_bool_t
+append_owner (DBusMessageIter *array,
+              const char      *name,
+              const char      *owner)
+{
+  DBusMessageIter entry;
+
+  return dbus_message_iter_open_container (array, DBUS_TYPE_STRUCT, NULL,
+                                           &entry) &&
+         dbus_message_iter_append_basic (&entry, DBUS_TYPE_STRING, &name) &&
+         dbus_message_iter_append_basic (&entry, DBUS_TYPE_STRING, &owner) &&
+         dbus_message_iter_close_container (array, &entry);
+}
+
+/* Appends to @array the owners in @now that member @mc was not told yet,
+ * and "" for the names it was told of that no rule names any more;
+ * @mc->told becomes @now.  *@changed is set if anything was appended.
+ * FALSE on OOM. */
+static dbus_bool_t
+append_changed_owners (BusMcastConnection *mc,
+                       DBusHashTable      *now,
+                       DBusMessageIter    *array,
+                       dbus_bool_t        *changed)
+{
+  DBusHashIter iter;
+
+  _dbus_hash_iter_init (now, &iter);
+  while (_dbus_hash_iter_next (&iter))
+    {
+      const char *name = _dbus_hash_iter_get_string_key (&iter);
+      const char *owner = _dbus_hash_iter_get_value (&iter);
+      const char *told = _dbus_hash_table_lookup_string (mc->told, name);
+      char *key, *value;
+
+      if (told != NULL && strcmp (told, owner) == 0)
+        continue;
+
+      key = _dbus_strdup (name);
+      value = _dbus_strdup (owner);
+      if (key == NULL || value == NULL ||
+          !_dbus_hash_table_insert_string (mc->told, key, value))
+        {
+          dbus_free (key);
+          dbus_free (value);
+          return FALSE;
+        }
+
+      if (!append_owner (array, name, owner))
+        return FALSE;
+      *changed = TRUE;
+    }
+
+  _dbus_hash_iter_init (mc->told, &iter);
+  while (_dbus_hash_iter_next (&iter))
+    {
+      const char *name = _dbus_hash_iter_get_string_key (&iter);
+      const char *told = _dbus_hash_iter_get_value (&iter);
+
+      if (_dbus_hash_table_lookup_string (now, name) != NULL)
+        continue;
+
+      if (*told != '\0')
+        {
+          if (!append_owner (array, name, ""))
+            return FALSE;
+          *changed = TRUE;
+        }
+      _dbus_hash_iter_remove_entry (&iter);
+    }
+
+  return TRUE;
+}
+
+/* Tells member @mc, with the Owners signal (dbus-mcast-member.h), who
+ * owns the well-known names its rules' sender= keys name, where that
+ * changed since it was last told.  Its libdbus cannot resolve them
+ * itself, and a peer filter loosened to fit (BUS_MCAST_PRECISION_SIGNALS)
+ * no longer compares SENDER: without the owners, any member could sign a
+ * broadcast that matches a rule for a well-known service.  The signal
+ * goes behind the group copies diverted from the member so far, which
+ * were sent before the change.  FALSE on OOM. */
+static dbus_bool_t
+tell_owners (BusMcastMembers    *members,
+             BusMcastConnection *mc,
+             DBusError          *error)
+{
+  BusRegistry *registry = bus_context_get_registry (members->context);
+  DBusMessageIter args, array = DBUS_MESSAGE_ITER_INIT_CLOSED;
+  DBusHashTable *now = NULL;
+  DBusMessage *signal = NULL;
+  dbus_bool_t changed = FALSE;
+  dbus_bool_t ok;
+  DBusList *link;
+
+  if (mc->told == NULL)
+    {
+      for (link = _dbus_list_get_first_link (&mc->rules);
+           link != NULL && !has_owned_sender (link->data);
+           link = _dbus_list_get_next_link (&mc->rules, link))
+        ;
+      /* Nothing to tell, nothing told: most members */
+      if (link == NULL)
+        return TRUE;
+
+      mc->told = _dbus_hash_table_new (DBUS_HASH_STRING, dbus_free, dbus_free);
+      if (mc->told == NULL)
+        goto oom;
+    }
+
+  now = _dbus_hash_table_new (DBUS_HASH_STRING, NULL, NULL);
+  signal = dbus_message_new_signal (DBUS_PATH_DBUS, DBUS_MCAST_INTERFACE,
+                                    DBUS_MCAST_OWNERS);
+  if (now == NULL || signal == NULL)
+    goto oom;
+
+  dbus_message_iter_init_append (signal, &args);
+  ok = collect_sender_owners (registry, mc, now) &&
+       dbus_message_set_sender (signal, DBUS_SERVICE_DBUS) &&
+       dbus_message_set_destination (signal,
+                                     bus_connection_get_name (mc->connection)) &&
+       dbus_message_iter_open_container (&args, DBUS_TYPE_ARRAY, "(ss)",
+                                         &array) &&
+       append_changed_owners (mc, now, &array, &changed) &&
+       dbus_message_iter_close_container (&args, &array);
+  if (!ok)
+    {
+      dbus_message_iter_abandon_container_if_open (&args, &array);
+      goto oom;
+    }
+
+  if (changed)
+    bus_mcast_spill_send_behind (bus_context_get_mcast_spill (members->context),
+                                 mc->connection, signal);
+
+  dbus_message_unref (signal);
+  _dbus_hash_table_unref (now);
+  return TRUE;
+
+ oom:
+  if (signal != NULL)
+    dbus_message_unref (signal);
+  if (now != NULL)
+    _dbus_hash_table_unref (now);
+  BUS_SET_OOM (error);
+  return FALSE;
+}
+
 /* Bring @mc's two programs up to date; both are in the kernel when this
  * returns TRUE.  Its peer filter is compiled again only when it is stale:
  * one member's AddMatch must not cost a compilation for every member. */
@@ -515,6 +733,8 @@ update_member (BusMcastMembers       *members,
         return FALSE;
       remember_names (mc);
       mc->stale = FALSE;
+      if (!tell_owners (members, mc, error))
+        return FALSE;
     }
 
   /* Group copies only: what the member sends to the daemon alone is

@@ -38,6 +38,7 @@ dbus_bool_t      bus_mcast_members_is_member      (DBusConnection    *connection
 dbus_bool_t      bus_mcast_members_gets_group_traffic (DBusConnection *connection);
 int              bus_mcast_members_get_n_members  (BusMcastMembers   *members);
 dbus_uint32_t    bus_mcast_members_get_compilations (BusMcastMembers *members);
+const char      *bus_mcast_members_get_precision  (DBusConnection    *connection);
 void             bus_mcast_members_disconnected   (BusMcastMembers   *members,
                                                    DBusConnection    *connection);
 /* Called for each member the kernel delivers group traffic to */

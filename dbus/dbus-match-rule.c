@@ -759,10 +759,11 @@ args_match (const DBusMatchRule *rule,
  * eavesdrop=true, even when it is addressed to @receiver (dbus-daemon
  * delivers those whatever the rules say, and so must the caller).
  *
- * Name ownership is not known here, so:
+ * Name ownership is known only for the names in sender= keys, so:
  *  - sender=: a unique name must equal the SENDER field;
  *    org.freedesktop.DBus matches what the bus itself sent (SENDER is
- *    org.freedesktop.DBus); any other well-known name matches;
+ *    org.freedesktop.DBus); any other well-known name matches if @owners
+ *    maps it to the SENDER field;
  *  - destination=: the message's DESTINATION stands for the connection it
  *    is addressed to.  @receiver's own unique name must equal it (a
  *    message to a well-known name that @receiver owns is delivered to it
@@ -776,12 +777,15 @@ args_match (const DBusMatchRule *rule,
  * @param rule the rule
  * @param message a message whose SENDER has been checked
  * @param receiver the unique name of the connection the rule belongs to
+ * @param owners well-known name -> unique name of its owner, for the
+ *   well-known names of the connection's sender= keys
  * @returns #TRUE if the message matches
  */
 dbus_bool_t
 _dbus_match_rule_matches (const DBusMatchRule *rule,
                           DBusMessage         *message,
-                          const char          *receiver)
+                          const char          *receiver,
+                          DBusHashTable       *owners)
 {
   const char *destination;
 
@@ -802,15 +806,16 @@ _dbus_match_rule_matches (const DBusMatchRule *rule,
   if (rule->flags & DBUS_MATCH_SENDER)
     {
       const char *sender;
+      const char *owner = rule->sender;
 
       sender = dbus_message_get_sender (message);
 
-      if (rule->sender[0] == ':' ||
-          strcmp (rule->sender, DBUS_SERVICE_DBUS) == 0)
-        {
-          if (!str_equal_or_null (rule->sender, sender))
-            return FALSE;
-        }
+      if (rule->sender[0] != ':' &&
+          strcmp (rule->sender, DBUS_SERVICE_DBUS) != 0)
+        owner = _dbus_hash_table_lookup_string (owners, rule->sender);
+
+      if (owner == NULL || !str_equal_or_null (owner, sender))
+        return FALSE;
     }
 
   destination = dbus_message_get_destination (message);

@@ -18,6 +18,7 @@
 #ifndef DBUS_MATCH_RULE_H
 #define DBUS_MATCH_RULE_H
 
+#include <dbus/dbus-hash.h>
 #include <dbus/dbus-internals.h>
 #include <dbus/dbus-list.h>
 #include <dbus/dbus-message.h>
@@ -84,13 +85,15 @@ dbus_bool_t    _dbus_match_rule_list_remove (DBusList           **rules,
                                              const DBusMatchRule *rule);
 /* Whether @message (whose SENDER the transport has already checked against
  * the kernel's sender id) matches @rule, for the connection whose unique
- * name is @receiver.  A sender= key naming a well-known name cannot be
- * resolved here and counts as matching: the daemon's filter compares the
- * SENDER field with the name's current owner (bus/mcast-filter.h). */
+ * name is @receiver.  A sender= key naming a well-known name is resolved
+ * through @owners (well-known name -> unique name of its owner, as the
+ * daemon told the connection, dbus-mcast-member.h); a name it lacks has
+ * no owner. */
 DBUS_PRIVATE_EXPORT
 dbus_bool_t    _dbus_match_rule_matches (const DBusMatchRule *rule,
                                          DBusMessage         *message,
-                                         const char          *receiver);
+                                         const char          *receiver,
+                                         DBusHashTable       *owners);
 
 DBUS_END_DECLS
 

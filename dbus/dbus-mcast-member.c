@@ -68,6 +68,9 @@ struct DBusMcastMember
   dbus_bool_t prepared_fence;    /**< writing stops after it */
   DBusHashTable *pending;        /**< serial -> PendingCall */
   DBusList *rules;               /**< DBusMatchRule of successful AddMatch */
+  /** well-known name -> unique name of its owner, for the names of our
+   * rules' sender= keys: what the daemon's Owners signals said */
+  DBusHashTable *owners;
   dbus_bool_t monitor;           /**< BecomeMonitor succeeded: the daemon
                                   *   gave us an accept-all filter */
   DBusHeader scratch;            /**< header of the daemon's last message */
@@ -111,6 +114,11 @@ _dbus_mcast_member_new (void)
   if (member->pending == NULL)
     goto failed;
 
+  member->owners = _dbus_hash_table_new (DBUS_HASH_STRING, dbus_free,
+                                         dbus_free);
+  if (member->owners == NULL)
+    goto failed;
+
   if (!_dbus_header_init (&member->scratch))
     goto failed;
 
@@ -120,6 +128,8 @@ _dbus_mcast_member_new (void)
  failed:
   if (member->pending != NULL)
     _dbus_hash_table_unref (member->pending);
+  if (member->owners != NULL)
+    _dbus_hash_table_unref (member->owners);
   dbus_free (member);
   return NULL;
 }
@@ -138,6 +148,7 @@ _dbus_mcast_member_free (DBusMcastMember *member)
   _dbus_list_clear_full (&member->rules,
                          (DBusFreeFunction) _dbus_match_rule_unref);
   _dbus_hash_table_unref (member->pending);
+  _dbus_hash_table_unref (member->owners);
   _dbus_header_free (&member->scratch);
   dbus_free (member);
 }
@@ -684,6 +695,88 @@ member_departed (DBusMcastMember *member,
   return verdict;
 }
 
+/* Records one (name, owner) entry of the daemon's Owners signal.  FALSE
+ * if no memory. */
+static dbus_bool_t
+record_owner (DBusMcastMember *member,
+              DBusMessageIter *entry)
+{
+  DBusMessageIter fields;
+  const char *name, *owner;
+  char *key, *value;
+
+  dbus_message_iter_recurse (entry, &fields);
+  dbus_message_iter_get_basic (&fields, &name);
+  dbus_message_iter_next (&fields);
+  dbus_message_iter_get_basic (&fields, &owner);
+
+  if (*owner == '\0')
+    {
+      _dbus_hash_table_remove_string (member->owners, name);
+      return TRUE;
+    }
+
+  key = _dbus_strdup (name);
+  value = _dbus_strdup (owner);
+  if (key == NULL || value == NULL ||
+      !_dbus_hash_table_insert_string (member->owners, key, value))
+    {
+      dbus_free (key);
+      dbus_free (value);
+      return FALSE;
+    }
+
+  return TRUE;
+}
+
+/* The daemon's Owners signal, at @start in @data, @len bytes: the new
+ * owners of the well-known names our rules' sender= keys name.  Consumed.
+ * Without memory every owner is forgotten, so that no sender= key naming
+ * a well-known name matches until the next Owners signal: a broadcast is
+ * lost rather than one from a former owner accepted. */
+static DBusMcastVerdict
+member_owners (DBusMcastMember *member,
+               DBusString      *data,
+               int              start,
+               int              len)
+{
+  DBusError error = DBUS_ERROR_INIT;
+  DBusMessage *signal;
+  DBusMessageIter args, entries;
+  dbus_bool_t ok = TRUE;
+
+  signal = dbus_message_demarshal (_dbus_string_get_const_data_len (data, start, len),
+                                   len, &error);
+  if (signal == NULL ||
+      !dbus_message_has_signature (signal, DBUS_MCAST_OWNERS_SIGNATURE))
+    {
+      _dbus_verbose ("dbus-mcast: cannot read an Owners signal (%s)\n",
+                     signal == NULL ? error.message : "signature");
+      dbus_error_free (&error);
+      ok = FALSE;
+    }
+  else
+    {
+      dbus_message_iter_init (signal, &args);
+      dbus_message_iter_recurse (&args, &entries);
+      while (ok && dbus_message_iter_get_arg_type (&entries) == DBUS_TYPE_STRUCT)
+        {
+          ok = record_owner (member, &entries);
+          dbus_message_iter_next (&entries);
+        }
+    }
+
+  if (!ok)
+    {
+      _dbus_verbose ("dbus-mcast: owners of sender= names forgotten\n");
+      _dbus_hash_table_remove_all (member->owners);
+    }
+
+  if (signal != NULL)
+    dbus_message_unref (signal);
+  return DBUS_MCAST_DROP;
+}
+
 /* Whether @header, of a message of @type from @sender, is the daemon's
  * NoReply error */
 static dbus_bool_t
@@ -714,8 +807,8 @@ is_daemon_signal (const char *interface,
 /**
  * Looks at a complete message from the daemon (sender id 0), which is
  * trusted: the Hello reply, the Routed fence signal (consumed), the
- * Departed signal (replaced in @data by the errors it stands for),
- * replies.  A message that does not parse is kept: the message loader
+ * Departed signal (replaced in @data by the errors it stands for), the
+ * Owners signal (consumed), replies.  A message that does not parse is kept: the message loader
  * then disconnects, as it would from any daemon sending garbage.
  *
  * @param member the state
@@ -776,6 +869,10 @@ _dbus_mcast_member_from_daemon (DBusMcastMember  *member,
     return member->state == STATE_MEMBER ?
            member_departed (member, data, start, len) : DBUS_MCAST_DROP;
 
+  if (is_daemon_signal (interface, method, DBUS_MCAST_OWNERS))
+    return member->state == STATE_MEMBER ?
+           member_owners (member, data, start, len) : DBUS_MCAST_DROP;
+
   if (is_daemon_signal (interface, method, DBUS_MCAST_ROUTED))
     {
       /* The fence signal: consumed, never dispatched */
@@ -825,7 +922,8 @@ matches_a_rule (DBusMcastMember *member,
        link != NULL;
        link = _dbus_list_get_next_link (&member->rules, link))
     {
-      if (_dbus_match_rule_matches (link->data, message, member->name))
+      if (_dbus_match_rule_matches (link->data, message, member->name,
+                                    member->owners))
         return TRUE;
     }
 

@@ -19,9 +19,11 @@
  *  - for each message from the daemon (kernel sender id 0, trusted): the
  *    Hello reply makes the connection a member and gives its unique name,
  *    the Routed signal lifts the fence and is consumed, replies complete
- *    the calls and AddMatch/RemoveMatch calls they answer, and the
+ *    the calls and AddMatch/RemoveMatch calls they answer, the
  *    Departed signal (a member left) completes the calls it will never
- *    answer with stock's NoReply error, in the signal's place;
+ *    answer with stock's NoReply error, in the signal's place, and the
+ *    Owners signal says who owns the well-known names of its rules'
+ *    sender= keys (consumed);
  *  - for each packet from another member (any other sender id, untrusted;
  *    one that arrives before the Hello reply, which the daemon sends after
  *    admitting us, is looked at after it):
@@ -59,6 +61,17 @@ DBUS_BEGIN_DECLS
  * error, which dbus-daemon would have sent, and consumes the signal. */
 #define DBUS_MCAST_DEPARTED "Departed"
 #define DBUS_MCAST_DEPARTED_SIGNATURE "a(sas)"
+/** The daemon's owner signal: dbus-daemon sends it, as it sends Routed,
+ * to a member whose match rules name well-known senders, before the reply
+ * to the AddMatch that adds such a rule and whenever such a name changes
+ * owner, behind the group copies sent before the change.  Its argument
+ * lists, for each name that changed, the name and the unique name of its
+ * owner, "" for none or once no rule names it any more, an (ss).  A
+ * filter loosened to fit (bus/mcast-filter.h) does not compare SENDER,
+ * so the member resolves the sender= keys of its rules with these
+ * owners (dbus-match-rule.h); it consumes the signal. */
+#define DBUS_MCAST_OWNERS "Owners"
+#define DBUS_MCAST_OWNERS_SIGNATURE "a(ss)"
 /** The text of stock dbus-daemon's NoReply error for a call whose
  * recipient disconnected (bus/connection.c) */
 #define DBUS_MCAST_NO_REPLY_TEXT \

@@ -565,6 +565,42 @@ get_stat (Peer        *p,
   return value;
 }
 
+/* How closely member p's peer filter follows its match rules
+ * (GetConnectionStats' MulticastPeerFilterPrecision): "exact", "no-args",
+ * "senders" or "signals"; fails the test if the daemon does not say */
+static gchar *
+peer_filter_precision (Peer *p)
+{
+  const char *name = p->name;
+  DBusMessage *reply = driver_call (p, "org.freedesktop.DBus.Debug.Stats",
+                                    "GetConnectionStats",
+                                    DBUS_TYPE_STRING, &name, DBUS_TYPE_INVALID);
+  DBusMessageIter dict, entry, kv, variant;
+  gchar *precision = NULL;
+
+  g_assert_true (dbus_message_iter_init (reply, &dict));
+  for (dbus_message_iter_recurse (&dict, &entry);
+       dbus_message_iter_get_arg_type (&entry) == DBUS_TYPE_DICT_ENTRY;
+       dbus_message_iter_next (&entry))
+    {
+      const char *k, *v;
+
+      dbus_message_iter_recurse (&entry, &kv);
+      dbus_message_iter_get_basic (&kv, &k);
+      if (strcmp (k, "MulticastPeerFilterPrecision") != 0)
+        continue;
+      dbus_message_iter_next (&kv);
+      dbus_message_iter_recurse (&kv, &variant);
+      g_assert_cmpint (dbus_message_iter_get_arg_type (&variant), ==, DBUS_TYPE_STRING);
+      dbus_message_iter_get_basic (&variant, &v);
+      precision = g_strdup (v);
+    }
+  dbus_message_unref (reply);
+  if (precision == NULL)
+    g_error ("GetConnectionStats of %s has no MulticastPeerFilterPrecision", p->name);
+  return precision;
+}
+
 /* Checks that the daemon dispatched nothing but two GetStats calls since
  * MessagesDispatched was @before (p's call that read it, and this one) */
 static void
@@ -2488,6 +2524,81 @@ test_misspelt_sender (gconstpointer data)
   peer_free (receiver);
 }
 
+/* A member subscribes to a service's signals by its well-known name
+ * (sender='...'); "loose" adds rules for 40 long unique names nobody has,
+ * so many senders that its peer filter no longer compares SENDER.  A raw
+ * member then sends a signal of the service's shape, signed with its own
+ * name as the kernel requires: the subscriber gets only the service's.
+ * When the name moves to another member, the former owner's signals stop
+ * matching and the new owner's start, as on a stock bus. */
+static void
+test_spoofed_service (gconstpointer data)
+{
+  const gchar *name = "org.dbusmcast.BusTest.Spoofed";
+  gboolean loose = strcmp (data, "loose") == 0;
+  Peer *service, *heir, *subscriber;
+  gchar *rule, *precision;
+  DBusMessage *m;
+  Raw *r;
+  guint i;
+
+  if (skip_unless_mcast ())
+    return;
+
+  service = peer_new (PEER_MEMBER);
+  heir = peer_new (PEER_MEMBER);
+  subscriber = peer_new (PEER_MEMBER);
+  r = raw_new (bus_address);
+  g_assert_true (r->promoted);
+  g_assert_cmpuint (request_or_release (service, "RequestName", name), ==,
+                    DBUS_REQUEST_NAME_REPLY_PRIMARY_OWNER);
+  g_assert_cmpuint (request_or_release (heir, "RequestName", name), ==,
+                    DBUS_REQUEST_NAME_REPLY_IN_QUEUE);
+
+  rule = g_strdup_printf ("type='signal',sender='%s',interface='" TEST_IFACE "'", name);
+  peer_add_match (subscriber, rule);
+  g_free (rule);
+  for (i = 0; loose && i < 40; i++)
+    {
+      /* about 120 instructions each in the filter's tree of senders */
+      rule = g_strdup_printf ("type='signal',sender=':%c%u.%0240u'", 'a' + i % 26, i, 0);
+      peer_add_match (subscriber, rule);
+      g_free (rule);
+    }
+  precision = peer_filter_precision (subscriber);
+  g_assert_cmpstr (precision, ==, loose ? "signals" : "exact");
+  g_free (precision);
+
+  m = new_signal (TEST_PATH, TEST_IFACE, "Changed", "spoofed", 1);
+  raw_send (r, m, r->name);
+  dbus_message_unref (m);
+  m = new_signal (TEST_PATH, TEST_IFACE, "Changed", "genuine", 2);
+  peer_send (service, m);
+  dbus_message_unref (m);
+  m = peer_wait (subscriber, is_from_test, NULL);
+  g_assert_cmpstr (dbus_message_get_sender (m), ==, service->name);
+  g_assert_cmpuint (signal_seq (m), ==, 2);
+  dbus_message_unref (m);
+
+  g_assert_cmpuint (request_or_release (service, "ReleaseName", name), ==,
+                    DBUS_RELEASE_NAME_REPLY_RELEASED);
+  m = new_signal (TEST_PATH, TEST_IFACE, "Changed", "former owner", 3);
+  peer_send (service, m);
+  dbus_message_unref (m);
+  m = new_signal (TEST_PATH, TEST_IFACE, "Changed", "new owner", 4);
+  peer_send (heir, m);
+  dbus_message_unref (m);
+  m = peer_wait (subscriber, is_from_test, NULL);
+  g_assert_cmpstr (dbus_message_get_sender (m), ==, heir->name);
+  g_assert_cmpuint (signal_seq (m), ==, 4);
+  dbus_message_unref (m);
+
+  raw_free (r);
+  peer_free (subscriber);
+  peer_free (heir);
+  peer_free (service);
+}
+
 typedef enum
 {
   BAD_GARBAGE,
@@ -3672,6 +3783,8 @@ main (int    argc,
       ADDF (test_forged_sender, kinds[i], "/security/raw/forged-sender/%s", kinds[i]);
     }
   ADD ("/security/raw/misspelt-sender", test_misspelt_sender, NULL);
+  ADD ("/security/raw/spoofed-service/exact", test_spoofed_service, "exact");
+  ADD ("/security/raw/spoofed-service/loose", test_spoofed_service, "loose");
   for (i = 0; i < G_N_ELEMENTS (bad); i++)
     ADDF (test_bad_packets, GINT_TO_POINTER (i), "/security/raw/bad-packet/%s", bad[i]);
   ADD ("/security/raw/filter-tamper", test_filter_tamper, NULL);

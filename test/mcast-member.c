@@ -811,6 +811,61 @@ test_broadcast (Fixture *f, gconstpointer data)
   dbus_message_unref (m);
 }
 
+/* "The daemon" tells B that @owner ("" for none) owns @name */
+static void
+send_owners (Fixture    *f,
+             const char *name,
+             const char *owner)
+{
+  DBusMessage *owners = dbus_message_new_signal (DBUS_PATH_DBUS,
+                                                 DBUS_MCAST_INTERFACE,
+                                                 DBUS_MCAST_OWNERS);
+  DBusMessageIter args, array, entry;
+
+  driver_message (owners, f->b_name);
+  dbus_message_iter_init_append (owners, &args);
+  g_assert_true (dbus_message_iter_open_container (&args, DBUS_TYPE_ARRAY, "(ss)", &array));
+  g_assert_true (dbus_message_iter_open_container (&array, DBUS_TYPE_STRUCT, NULL, &entry));
+  g_assert_true (dbus_message_iter_append_basic (&entry, DBUS_TYPE_STRING, &name));
+  g_assert_true (dbus_message_iter_append_basic (&entry, DBUS_TYPE_STRING, &owner));
+  g_assert_true (dbus_message_iter_close_container (&array, &entry));
+  g_assert_true (dbus_message_iter_close_container (&args, &array));
+  send_flush (f, f->b_srv, owners);
+  dbus_message_unref (owners);
+}
+
+/* A rule of B's whose sender= key is a well-known name matches A's
+ * broadcasts only while the daemon's Owners signal says A owns the name:
+ * not before the first such signal, not once it names another owner or
+ * none.  The signal itself is never dispatched. */
+static void
+test_owners (Fixture *f, gconstpointer data)
+{
+  const char *name = "org.dbusmcast.Test.Owned";
+
+  if (g_test_failed () || f->a == NULL)
+    return;
+
+  match_call (f, "AddMatch",
+              "type='signal',sender='org.dbusmcast.Test.Owned',member='Hit'",
+              FALSE, FALSE);
+  emit (f, "Hit");
+  assert_no_message (f, f->b, 100);
+
+  send_owners (f, name, f->a_name);
+  emit (f, "Hit");
+  expect_signal (f, "Hit");
+
+  send_owners (f, name, ":1.99");
+  emit (f, "Hit");
+  assert_no_message (f, f->b, 100);
+
+  send_owners (f, name, f->a_name);
+  send_owners (f, name, "");
+  emit (f, "Hit");
+  assert_no_message (f, f->b, 100);
+}
+
 /* "The daemon" tells A that the members names left, in that order, the
  * first one owning services */
 static void
@@ -1057,6 +1112,7 @@ main (int argc, char **argv)
   ADD ("/mcast-member/routed/large", test_routed, "large");
   ADD ("/mcast-member/broadcast", test_broadcast, NULL);
   ADD ("/mcast-member/departed", test_departed, NULL);
+  ADD ("/mcast-member/owners", test_owners, NULL);
   ADD ("/mcast-member/early-message", test_early_message, NULL);
   ADD ("/mcast-member/not-offered", test_not_offered, "not offered");
 

@@ -740,11 +740,13 @@ static const MessageSpec messages[] = {
     "NameOwnerChanged", "s:com.example.X|s:|s::1.42", FALSE },
 };
 
-/* (rule, message) -> whether _dbus_match_rule_matches() is TRUE, and
- * what dbus-daemon does: 1 delivers, 0 does not, -1 not checkable
- * (the message cannot be sent by a client, see MessageSpec).  Where the
- * two differ it is a documented limit of what libdbus can tell alone
- * (the owner of a well-known name), which the kernel filter covers. */
+/* (rule, message) -> whether _dbus_match_rule_matches() is TRUE, with
+ * the owners of SENDER_NAME and OTHER_NAME known (the daemon's Owners
+ * signal), and what dbus-daemon does: 1 delivers, 0 does not, -1 not
+ * checkable (the message cannot be sent by a client, see MessageSpec).
+ * Where the two differ it is a documented limit of what libdbus can tell
+ * alone (who owns the well-known name in a destination= key), which the
+ * kernel filter covers. */
 typedef struct
 {
   const char *rule;
@@ -785,14 +787,14 @@ static const MatchCase match_cases[] = {
     FALSE, 0 },
   { "member='NameOwnerChanged'", "sig-from-bus", TRUE, -1 },
 
-  /* sender: unique names compared, well-known names count as matching
-   * here (dbus-daemon knows the owner), org.freedesktop.DBus is the bus */
+  /* sender: unique names compared, well-known names through their
+   * owners, org.freedesktop.DBus is the bus */
   { "sender='@S'", "sig", TRUE, 1 },
   { "sender='@O'", "sig", FALSE, 0 },
   { "sender=':1.999999'", "sig", FALSE, 0 },
   { "sender='" SENDER_NAME "'", "sig", TRUE, 1 },
-  { "sender='" OTHER_NAME "'", "sig", TRUE, 0 },
-  { "sender='com.example.Nobody'", "sig", TRUE, 0 },
+  { "sender='" OTHER_NAME "'", "sig", FALSE, 0 },
+  { "sender='com.example.Nobody'", "sig", FALSE, 0 },
   { "sender='org.freedesktop.DBus'", "sig", FALSE, 0 },
   { "sender='org.freedesktop.DBus'", "sig-from-bus", TRUE, -1 },
   { "sender='@S'", "sig-from-bus", FALSE, -1 },
@@ -1046,9 +1048,25 @@ build_message (const MessageSpec *spec,
   return message;
 }
 
+/* What the daemon's Owners signal tells a member of offline_names: who
+ * owns SENDER_NAME and OTHER_NAME */
+static DBusHashTable *
+owners_new (void)
+{
+  DBusHashTable *owners = _dbus_hash_table_new (DBUS_HASH_STRING, NULL, NULL);
+
+  g_assert_nonnull (owners);
+  g_assert_true (_dbus_hash_table_insert_string (owners, (char *) SENDER_NAME,
+                                                 (char *) offline_names.sender));
+  g_assert_true (_dbus_hash_table_insert_string (owners, (char *) OTHER_NAME,
+                                                 (char *) offline_names.other));
+  return owners;
+}
+
 static void
 test_match (void)
 {
+  DBusHashTable *owners = owners_new ();
   gsize i;
 
   for (i = 0; i < G_N_ELEMENTS (match_cases); i++)
@@ -1066,7 +1084,7 @@ test_match (void)
         g_assert_true (dbus_message_set_sender (message, offline_names.sender));
 
       matches = _dbus_match_rule_matches (rule, message,
-                                          offline_names.receiver);
+                                          offline_names.receiver, owners);
       g_test_message ("%s ~ %s: %d", text, spec->id, matches);
 
       if (matches != c->libdbus)
@@ -1077,30 +1095,38 @@ test_match (void)
       _dbus_match_rule_unref (rule);
       g_free (text);
     }
+
+  _dbus_hash_table_unref (owners);
 }
 
-/* A message without SENDER matches no sender= key that is checked here */
+/* A message without SENDER matches no sender= key */
 static void
 test_match_no_sender (void)
 {
+  DBusHashTable *owners = owners_new ();
   DBusMatchRule *rule;
   DBusMessage *message;
 
   message = build_message (find_message ("sig"), &offline_names);
 
   rule = parse_ok ("sender=':1.42'");
-  g_assert_false (_dbus_match_rule_matches (rule, message, ":1.44"));
+  g_assert_false (_dbus_match_rule_matches (rule, message, ":1.44", owners));
   _dbus_match_rule_unref (rule);
 
   rule = parse_ok ("sender='org.freedesktop.DBus'");
-  g_assert_false (_dbus_match_rule_matches (rule, message, ":1.44"));
+  g_assert_false (_dbus_match_rule_matches (rule, message, ":1.44", owners));
+  _dbus_match_rule_unref (rule);
+
+  rule = parse_ok ("sender='" SENDER_NAME "'");
+  g_assert_false (_dbus_match_rule_matches (rule, message, ":1.44", owners));
   _dbus_match_rule_unref (rule);
 
   rule = parse_ok ("type='signal'");
-  g_assert_true (_dbus_match_rule_matches (rule, message, ":1.44"));
+  g_assert_true (_dbus_match_rule_matches (rule, message, ":1.44", owners));
   _dbus_match_rule_unref (rule);
 
   dbus_message_unref (message);
+  _dbus_hash_table_unref (owners);
 }
 
 /* ---- the same tables against dbus-daemon ---- */
