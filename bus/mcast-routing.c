@@ -79,16 +79,21 @@ arrival_of (DBusMessage *message)
   return (Arrival) (uintptr_t) dbus_message_get_data (message, arrival_slot);
 }
 
-/* Whether the member that sent @message waits for its fence: it came
- * straight, or it is a call to the bus driver that changes what the
- * daemon routes (_dbus_mcast_is_fenced()) */
+/* Whether the member that sent @message, which arrived as @arrival,
+ * waits for its fence: it came straight, or it is a call to the bus
+ * driver that changes what the daemon routes (_dbus_mcast_is_fenced()) */
+static dbus_bool_t
+waits_for_fence (Arrival      arrival,
+                 DBusMessage *message)
+{
+  return arrival == ARRIVED_STRAIGHT ||
+         (arrival == ARRIVED_FROM_GROUP && _dbus_mcast_is_fenced (message));
+}
+
 static dbus_bool_t
 is_fenced (DBusMessage *message)
 {
-  Arrival arrival = arrival_of (message);
-
-  return arrival == ARRIVED_STRAIGHT ||
-         (arrival == ARRIVED_FROM_GROUP && _dbus_mcast_is_fenced (message));
+  return waits_for_fence (arrival_of (message), message);
 }
 
 static void
@@ -117,6 +122,17 @@ send_fence (Fence *fence)
     }
 
   dbus_message_unref (signal);
+}
+
+/* Sends the fence for @message, which @sender sent, at once */
+static void
+send_fence_now (BusMcastRouting *routing,
+                DBusConnection  *sender,
+                DBusMessage     *message)
+{
+  Fence now = { routing, sender, dbus_message_get_serial (message) };
+
+  send_fence (&now);
 }
 
 static void
@@ -398,7 +414,7 @@ bus_mcast_routing_received (BusMcastRouting *routing,
                             DBusConnection  *sender,
                             DBusMessage     *message)
 {
-  dbus_bool_t group;
+  dbus_bool_t stripped, group;
   Arrival arrival;
 
   /* libdbus's own Disconnected signal was read from no client */
@@ -409,8 +425,11 @@ bus_mcast_routing_received (BusMcastRouting *routing,
   if (!bus_mcast_members_is_member (sender))
     return TRUE;
 
-  if (!strip (message, &group))
-    return FALSE;
+  /* Stripping allocates only to remove header fields the daemon does
+   * not know, which make a message go straight */
+  stripped = strip (message, &group);
+  if (!stripped)
+    group = FALSE;
 
   if (group)
     {
@@ -423,8 +442,20 @@ bus_mcast_routing_received (BusMcastRouting *routing,
       routing->stats.straight += 1;
     }
 
-  return dbus_message_set_data (message, arrival_slot,
-                                (void *) (uintptr_t) arrival, NULL);
+  if (!stripped ||
+      !dbus_message_set_data (message, arrival_slot,
+                              (void *) (uintptr_t) arrival, NULL))
+    {
+      /* Out of memory: the daemon answers the message with an error and
+       * routes nothing, and bus_mcast_routing_fence() will not find the
+       * mark.  A sender that waits for its fence gets it now, else it
+       * would wait forever. */
+      if (waits_for_fence (arrival, message))
+        send_fence_now (routing, sender, message);
+      return FALSE;
+    }
+
+  return TRUE;
 }
 
 dbus_bool_t
@@ -547,11 +578,7 @@ bus_mcast_routing_fence (BusMcastRouting *routing,
     }
 
   /* Out of memory: do not leave the sender fenced forever. */
-  {
-    Fence now = { routing, sender, dbus_message_get_serial (message) };
-
-    send_fence (&now);
-  }
+  send_fence_now (routing, sender, message);
 }
 
 /* The well-known names @connection owns, which its peer filter holds.
