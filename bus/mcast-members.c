@@ -47,6 +47,10 @@ typedef struct
                                     filter holds */
   dbus_bool_t names_known;     /**< compiled_names is complete */
   dbus_bool_t stale;           /**< member: its peer filter must be compiled again */
+  dbus_bool_t recompiled;      /**< member: during a flush, its peer filter was
+                                    compiled again: tell it the owners */
+  dbus_bool_t staged;          /**< member: during a flush, programs of it
+                                    wait for the commit */
   BusMcastProgram peer_filter; /**< member: the program installed */
   BusMcastProgram copy_filter; /**< member: the daemon's program for its copies */
   /** member: well-known name -> unique name of its owner ("" for none),
@@ -435,13 +439,17 @@ compile_filter (BusMcastMembers    *members,
   return ok;
 }
 
+/* Stages @program as @connection's filter @option
+ * (UNIX_PEER_FILTER_STAGE or UNIX_COPY_FILTER_STAGE) unless it is the one
+ * @installed, which it then becomes; the flush installs every staged
+ * program at once (commit_staged()).  Sets *@staged if it staged it. */
 static dbus_bool_t
-set_program (DBusConnection        *connection,
-             int                    level,
-             int                    option,
-             const BusMcastProgram *program,
-             BusMcastProgram       *installed,
-             DBusError             *error)
+stage_program (DBusConnection        *connection,
+               int                    option,
+               const BusMcastProgram *program,
+               BusMcastProgram       *installed,
+               dbus_bool_t           *staged,
+               DBusError             *error)
 {
   struct sock_fprog fprog;
   int fd;
@@ -457,7 +465,7 @@ set_program (DBusConnection        *connection,
 
   fprog.len = program->len;
   fprog.filter = program->insns;
-  if (setsockopt (fd, level, option, &fprog, sizeof (fprog)) < 0)
+  if (setsockopt (fd, SOL_UNIX, option, &fprog, sizeof (fprog)) < 0)
     {
       dbus_set_error (error, _dbus_error_from_errno (errno),
                       "Could not install a kernel filter for %s: %s",
@@ -466,6 +474,7 @@ set_program (DBusConnection        *connection,
       return FALSE;
     }
 
+  *staged = TRUE;
   if (!program_copy (installed, program))
     {
       /* The kernel has the program; forgetting our copy only costs a
@@ -707,9 +716,10 @@ tell_owners (BusMcastMembers    *members,
   return FALSE;
 }
 
-/* Bring @mc's two programs up to date; both are in the kernel when this
- * returns TRUE.  Its peer filter is compiled again only when it is stale:
- * one member's AddMatch must not cost a compilation for every member. */
+/* Bring @mc's two programs up to date; both are staged in the kernel when
+ * this returns TRUE.  Its peer filter is compiled again only when it is
+ * stale: one member's AddMatch must not cost a compilation for every
+ * member. */
 static dbus_bool_t
 update_member (BusMcastMembers       *members,
                BusMcastConnection    *mc,
@@ -720,34 +730,95 @@ update_member (BusMcastMembers       *members,
   BusMcastProgram peer = { NULL, 0, BUS_MCAST_PRECISION_EXACT };
   dbus_bool_t ok;
 
-  /* The member's own filter first: a name it gains reaches it before the
-   * daemon stops receiving it (doc/design.md). */
   if (mc->stale || !names_unchanged (mc))
     {
       members->compilations += 1;
       ok = compile_filter (members, mc, &peer, error) &&
-           set_program (mc->connection, SOL_UNIX, UNIX_PEER_FILTER, &peer,
-                        &mc->peer_filter, error);
+           stage_program (mc->connection, UNIX_PEER_FILTER_STAGE, &peer,
+                          &mc->peer_filter, &mc->staged, error);
       bus_mcast_program_clear (&peer);
       if (!ok)
         return FALSE;
       remember_names (mc);
       mc->stale = FALSE;
-      if (!tell_owners (members, mc, error))
-        return FALSE;
+      mc->recompiled = TRUE;
     }
 
   /* Group copies only: what the member sends to the daemon alone is
    * never filtered, so a continuation fragment that looks like a bad
    * header cannot be dropped */
-  return set_program (mc->connection, SOL_UNIX, UNIX_COPY_FILTER,
-                      daemon_program, &mc->copy_filter, error);
+  return stage_program (mc->connection, UNIX_COPY_FILTER_STAGE,
+                        daemon_program, &mc->copy_filter, &mc->staged, error);
 #else
   /* Unreachable: without the UAPI nobody is admitted (mcast-admission.c) */
   dbus_set_error_const (error, DBUS_ERROR_NOT_SUPPORTED,
                         "Built without the kernel's multicast interface");
   return FALSE;
 #endif
+}
+
+/* A member whose programs cannot be brought up to date would receive
+ * what is no longer its own, or miss what is: it has to go. */
+static void
+disconnect_member (BusMcastMembers    *members,
+                   BusMcastConnection *mc,
+                   DBusError          *error)
+{
+  bus_context_log (members->context, DBUS_SYSTEM_LOG_WARNING,
+                   "Disconnecting multicast member %s: %s",
+                   bus_connection_get_name (mc->connection), error->message);
+  dbus_error_free (error);
+  dbus_connection_close (mc->connection);
+}
+
+/* Installs every program the flush staged with one UNIX_GROUP_COMMIT: a
+ * message is filtered by all of them or by none, so a name moving from
+ * one member to another reaches exactly one of them (doc/design.md).
+ * Then tells the members whose peer filter was compiled again the owners
+ * of their rules' senders (tell_owners()). */
+static void
+commit_staged (BusMcastMembers *members)
+{
+  DBusList *link, *next;
+  DBusError failed = DBUS_ERROR_INIT;
+  int fd, zero = 0;
+
+  for (link = _dbus_list_get_first_link (&members->members);
+       link != NULL && !((BusMcastConnection *) link->data)->staged;
+       link = _dbus_list_get_next_link (&members->members, link))
+    ;
+
+  /* Any accepted socket of the group commits for all of them */
+  if (link != NULL &&
+      (!dbus_connection_get_socket (((BusMcastConnection *) link->data)->connection,
+                                    &fd) ||
+       setsockopt (fd, SOL_UNIX, UNIX_GROUP_COMMIT, &zero, sizeof (zero)) < 0))
+    dbus_set_error (&failed, DBUS_ERROR_FAILED,
+                    "Could not commit the kernel filters: %s",
+                    _dbus_strerror (errno));
+
+  for (link = _dbus_list_get_first_link (&members->members);
+       link != NULL;
+       link = next)
+    {
+      BusMcastConnection *mc = link->data;
+      DBusError error = DBUS_ERROR_INIT;
+
+      next = _dbus_list_get_next_link (&members->members, link);
+      if (mc->staged && dbus_error_is_set (&failed))
+        {
+          dbus_set_error_const (&error, failed.name, failed.message);
+          disconnect_member (members, mc, &error);
+        }
+      else if (mc->recompiled && !tell_owners (members, mc, &error))
+        {
+          disconnect_member (members, mc, &error);
+        }
+      mc->staged = FALSE;
+      mc->recompiled = FALSE;
+    }
+
+  dbus_error_free (&failed);
 }
 
 void
@@ -787,18 +858,11 @@ bus_mcast_members_flush (BusMcastMembers *members)
       BusMcastConnection *mc = link->data;
 
       next = _dbus_list_get_next_link (&members->members, link);
-      if (update_member (members, mc, &members->daemon_program, &error))
-        continue;
-
-      /* A member whose filter cannot be brought up to date would receive
-       * what is no longer its own, or miss what is: it has to go. */
-      bus_context_log (members->context, DBUS_SYSTEM_LOG_WARNING,
-                       "Disconnecting multicast member %s: %s",
-                       bus_connection_get_name (mc->connection), error.message);
-      dbus_error_free (&error);
-      dbus_connection_close (mc->connection);
+      if (!update_member (members, mc, &members->daemon_program, &error))
+        disconnect_member (members, mc, &error);
     }
 
+  commit_staged (members);
   members->dirty = FALSE;
   goto out;
 

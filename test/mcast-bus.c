@@ -1246,6 +1246,109 @@ test_names (gconstpointer data)
   peer_free (observer);
 }
 
+/* Sends a driver call about @name from p without waiting for its reply;
+ * returns its serial */
+static dbus_uint32_t
+name_call_async (Peer        *p,
+                 const gchar *method,
+                 const gchar *name)
+{
+  DBusMessage *call = dbus_message_new_method_call (DBUS_SERVICE_DBUS, DBUS_PATH_DBUS,
+                                                    DBUS_INTERFACE_DBUS, method);
+  dbus_uint32_t serial;
+
+  g_assert_true (dbus_message_append_args (call, DBUS_TYPE_STRING, &name,
+                                           DBUS_TYPE_INVALID));
+  serial = peer_send (p, call);
+  dbus_message_unref (call);
+  return serial;
+}
+
+/* Counts, in seen, the HandOver signals that reached p (its stash) */
+static void
+count_handed_over (Peer   *p,
+                   guint8 *seen,
+                   guint   n)
+{
+  DBusMessage *m;
+
+  /* What the kernel queued before the sync's reply is read before it */
+  peer_sync (p);
+  while ((m = g_queue_pop_head (&p->stash)) != NULL)
+    {
+      if (is_signal_named (m, "HandOver"))
+        {
+          guint seq = signal_seq (m);
+
+          g_assert_cmpuint (seq, <, n);
+          seen[seq]++;
+        }
+      dbus_message_unref (m);
+    }
+}
+
+/* A well-known name moves back and forth between two members (the owner
+ * releases it while the other is queued for it) while a third member
+ * sends signals to the name: each reaches exactly one of the two, as
+ * on a stock bus, and none passed the daemon */
+static void
+test_hand_over (gconstpointer data)
+{
+  enum { ROUNDS = 50, BURST = 20, N = ROUNDS * BURST };
+  const gchar *name = "org.dbusmcast.BusTest.HandedOver";
+  Peer *owners[2], *sender;
+  guint8 seen[N] = { 0 };
+  guint64 before;
+  guint round, i;
+
+  owners[0] = peer_new (PEER_MEMBER);
+  owners[1] = peer_new (PEER_MEMBER);
+  sender = peer_new (PEER_MEMBER);
+  g_assert_cmpuint (request_or_release (owners[0], "RequestName", name), ==,
+                    DBUS_REQUEST_NAME_REPLY_PRIMARY_OWNER);
+  g_assert_cmpuint (request_or_release (owners[1], "RequestName", name), ==,
+                    DBUS_REQUEST_NAME_REPLY_IN_QUEUE);
+  before = kernel_has_mcast () ? get_stat (sender, "MulticastCopiesDispatched") : 0;
+
+  for (round = 0; round < ROUNDS; round++)
+    {
+      Peer *owner = owners[round % 2];
+      dbus_uint32_t serial = name_call_async (owner, "ReleaseName", name);
+      DBusMessage *m;
+
+      /* while the daemon moves the name */
+      for (i = 0; i < BURST; i++)
+        {
+          m = new_signal (TEST_PATH, TEST_IFACE, "HandOver", "", round * BURST + i);
+          dbus_message_set_destination (m, name);
+          peer_send (sender, m);
+          dbus_message_unref (m);
+        }
+      dbus_message_unref (peer_wait (owner, is_reply_to, GUINT_TO_POINTER (serial)));
+      g_assert_cmpuint (request_or_release (owner, "RequestName", name), ==,
+                        DBUS_REQUEST_NAME_REPLY_IN_QUEUE);
+    }
+
+  count_handed_over (owners[0], seen, N);
+  count_handed_over (owners[1], seen, N);
+  for (i = 0; i < N; i++)
+    if (seen[i] != 1)
+      g_error ("signal %u to the moving name reached %u of its owners", i, seen[i]);
+
+  if (kernel_has_mcast ())
+    {
+      /* The driver calls only: two per round, two syncs, GetStats */
+      guint64 copies = get_stat (sender, "MulticastCopiesDispatched") - before;
+
+      g_test_message ("the daemon dispatched %" G_GUINT64_FORMAT " group copies", copies);
+      g_assert_cmpuint (copies, <=, 2 * ROUNDS + 3);
+    }
+
+  peer_free (sender);
+  peer_free (owners[1]);
+  peer_free (owners[0]);
+}
+
 /* ---- activation ---------------------------------------------------------- */
 
 static gboolean
@@ -3755,6 +3858,7 @@ main (int    argc,
   for (i = 0; i < G_N_ELEMENTS (triples_names); i++)
     ADDF (test_names, triples_names[i], "/names/%s", triples_names[i]);
   ADD ("/names/recompile", test_names_recompile, NULL);
+  ADD ("/names/hand-over", test_hand_over, NULL);
   ADD ("/no-reply/disconnect/monitored/member-member", test_no_reply_monitored,
        "member-member");
   ADD ("/no-reply/disconnect/together", test_no_reply_together, NULL);
