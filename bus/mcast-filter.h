@@ -16,9 +16,10 @@
  *    rules ask (libdbus checks them again, dbus/dbus-match-rule.h), a
  *    message addressed to someone else never does, unless an eavesdropping
  *    rule asks for it.
- *  - BUS_MCAST_FILTER_DAEMON, dbus-daemon's copy filter on its end of a
- *    member's connection (UNIX_COPY_FILTER), which selects the copies of
- *    what the member sends to the group (UNIX_MREQ_SEND_TO_PEER): a
+ *  - BUS_MCAST_FILTER_DAEMON, dbus-daemon's copy filter for its end of
+ *    every member's connection (UNIX_GROUP_COPY_FILTER_STAGE), which
+ *    selects the copies of what members send to the group
+ *    (UNIX_MREQ_SEND_TO_PEER): a
  *    message with a DESTINATION passes unless the destination is one of
  *    the added names (those owned by members, who got it directly), or if
  *    an added eavesdropping rule matches it; a message without DESTINATION

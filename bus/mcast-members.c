@@ -52,11 +52,24 @@ typedef struct
   dbus_bool_t staged;          /**< member: during a flush, programs of it
                                     wait for the commit */
   BusMcastProgram peer_filter; /**< member: the program installed */
-  BusMcastProgram copy_filter; /**< member: the daemon's program for its copies */
   /** member: well-known name -> unique name of its owner ("" for none),
    * as the member was told for its rules' sender= keys (tell_owners()) */
   DBusHashTable *told;
 } BusMcastConnection;
+
+/* The last two times a well-known name went into or out of members'
+ * hands, as commit counts (the commit that installed the change) */
+typedef struct
+{
+  dbus_uint32_t last;          /**< the last change */
+  dbus_uint32_t previous;      /**< the one before, if moved_twice */
+  dbus_bool_t moved_twice;
+  dbus_bool_t owned_before;    /**< whether a member owned it before last */
+} Move;
+
+/* How many commits the daemon keeps the moves of names for: a group
+ * copy read later than that is taken to have been sent after them */
+#define MOVES_KEPT_COMMITS 4096
 
 struct BusMcastMembers
 {
@@ -66,9 +79,15 @@ struct BusMcastMembers
   dbus_uint32_t compilations;  /**< members' peer filters compiled */
   int n_classic_monitors;      /**< monitors the daemon serves, from its
                                     own member of the group */
+  dbus_uint32_t commits;       /**< UNIX_GROUP_COMMITs made: the group's count */
+  DBusHashTable *owned;        /**< the well-known names members owned at
+                                    the last commit (name -> name) */
+  DBusHashTable *moves;        /**< name -> Move */
   dbus_bool_t dirty;           /**< some filter may be out of date */
   dbus_bool_t daemon_stale;    /**< daemon_program must be compiled again */
-  BusMcastProgram daemon_program; /**< what every member's copy_filter should be */
+  BusMcastProgram daemon_program; /**< the copy filter of the whole group */
+  dbus_bool_t daemon_staged;   /**< during a flush: daemon_program waits
+                                    for the commit */
 };
 
 static dbus_int32_t connection_slot = -1;
@@ -109,7 +128,6 @@ mcast_connection_free (void *data)
   _dbus_list_clear (&mc->names);
   _dbus_list_clear_full (&mc->compiled_names, dbus_free);
   bus_mcast_program_clear (&mc->peer_filter);
-  bus_mcast_program_clear (&mc->copy_filter);
   if (mc->told != NULL)
     _dbus_hash_table_unref (mc->told);
   dbus_free (mc);
@@ -177,6 +195,14 @@ bus_mcast_members_new (BusContext *context)
     }
 
   members->context = context;
+  members->owned = _dbus_hash_table_new (DBUS_HASH_STRING, dbus_free, NULL);
+  members->moves = _dbus_hash_table_new (DBUS_HASH_STRING, dbus_free, dbus_free);
+  if (members->owned == NULL || members->moves == NULL)
+    {
+      bus_mcast_members_free (members);
+      return NULL;
+    }
+
   return members;
 }
 
@@ -190,6 +216,10 @@ bus_mcast_members_free (BusMcastMembers *members)
   _dbus_list_clear (&members->members);
   _dbus_list_clear (&members->classic);
   bus_mcast_program_clear (&members->daemon_program);
+  if (members->owned != NULL)
+    _dbus_hash_table_unref (members->owned);
+  if (members->moves != NULL)
+    _dbus_hash_table_unref (members->moves);
   dbus_free (members);
   dbus_connection_free_data_slot (&connection_slot);
 }
@@ -342,15 +372,14 @@ collect_names (BusMcastMembers *members,
   return TRUE;
 }
 
-/* The daemon's program: what classic clients' rules ask for (monitors it
- * serves get the group from its own member, mcast-observer.h),
- * but not what is addressed to a member's name, which the kernel delivers
- * to it directly.  Needs collect_names().  FALSE on OOM. */
+/* Calls @function with @data for every name a member owns (mc->names:
+ * needs collect_names()), until it returns FALSE; returns FALSE then */
 static dbus_bool_t
-fill_daemon_filter (BusMcastMembers *members,
-                    BusMcastFilter  *filter)
+foreach_member_name (BusMcastMembers *members,
+                     dbus_bool_t    (*function) (const char *name,
+                                                 void       *data),
+                     void            *data)
 {
-  BusRegistry *registry = bus_context_get_registry (members->context);
   DBusList *link, *name;
 
   for (link = _dbus_list_get_first_link (&members->members);
@@ -363,10 +392,34 @@ fill_daemon_filter (BusMcastMembers *members,
            name != NULL;
            name = _dbus_list_get_next_link (&mc->names, name))
         {
-          if (!bus_mcast_filter_add_name (filter, name->data))
+          if (!function (name->data, data))
             return FALSE;
         }
     }
+
+  return TRUE;
+}
+
+static dbus_bool_t
+add_name (const char *name,
+          void       *filter)
+{
+  return bus_mcast_filter_add_name (filter, name);
+}
+
+/* The daemon's program: what classic clients' rules ask for (monitors it
+ * serves get the group from its own member, mcast-observer.h),
+ * but not what is addressed to a member's name, which the kernel delivers
+ * to it directly.  Needs collect_names().  FALSE on OOM. */
+static dbus_bool_t
+fill_daemon_filter (BusMcastMembers *members,
+                    BusMcastFilter  *filter)
+{
+  BusRegistry *registry = bus_context_get_registry (members->context);
+  DBusList *link;
+
+  if (!foreach_member_name (members, add_name, filter))
+    return FALSE;
 
   for (link = _dbus_list_get_first_link (&members->classic);
        link != NULL;
@@ -440,8 +493,8 @@ compile_filter (BusMcastMembers    *members,
 }
 
 /* Stages @program as @connection's filter @option
- * (UNIX_PEER_FILTER_STAGE or UNIX_COPY_FILTER_STAGE) unless it is the one
- * @installed, which it then becomes; the flush installs every staged
+ * (UNIX_PEER_FILTER_STAGE or UNIX_GROUP_COPY_FILTER_STAGE) unless it is
+ * the one @installed, which it then becomes; the flush installs every staged
  * program at once (commit_staged()).  Sets *@staged if it staged it. */
 static dbus_bool_t
 stage_program (DBusConnection        *connection,
@@ -716,45 +769,165 @@ tell_owners (BusMcastMembers    *members,
   return FALSE;
 }
 
-/* Bring @mc's two programs up to date; both are staged in the kernel when
- * this returns TRUE.  Its peer filter is compiled again only when it is
- * stale: one member's AddMatch must not cost a compilation for every
- * member. */
+/* Bring @mc's peer filter up to date; it is staged in the kernel when
+ * this returns TRUE.  It is compiled again only when it is stale: one
+ * member's AddMatch must not cost a compilation for every member. */
 static dbus_bool_t
-update_member (BusMcastMembers       *members,
-               BusMcastConnection    *mc,
-               const BusMcastProgram *daemon_program,
-               DBusError             *error)
+update_member (BusMcastMembers    *members,
+               BusMcastConnection *mc,
+               DBusError          *error)
 {
 #ifdef DBUS_HAVE_MCAST_UAPI
   BusMcastProgram peer = { NULL, 0, BUS_MCAST_PRECISION_EXACT };
   dbus_bool_t ok;
 
-  if (mc->stale || !names_unchanged (mc))
-    {
-      members->compilations += 1;
-      ok = compile_filter (members, mc, &peer, error) &&
-           stage_program (mc->connection, UNIX_PEER_FILTER_STAGE, &peer,
-                          &mc->peer_filter, &mc->staged, error);
-      bus_mcast_program_clear (&peer);
-      if (!ok)
-        return FALSE;
-      remember_names (mc);
-      mc->stale = FALSE;
-      mc->recompiled = TRUE;
-    }
+  if (!mc->stale && names_unchanged (mc))
+    return TRUE;
 
-  /* Group copies only: what the member sends to the daemon alone is
-   * never filtered, so a continuation fragment that looks like a bad
-   * header cannot be dropped */
-  return stage_program (mc->connection, UNIX_COPY_FILTER_STAGE,
-                        daemon_program, &mc->copy_filter, &mc->staged, error);
+  members->compilations += 1;
+  ok = compile_filter (members, mc, &peer, error) &&
+       stage_program (mc->connection, UNIX_PEER_FILTER_STAGE, &peer,
+                      &mc->peer_filter, &mc->staged, error);
+  bus_mcast_program_clear (&peer);
+  if (!ok)
+    return FALSE;
+  remember_names (mc);
+  mc->stale = FALSE;
+  mc->recompiled = TRUE;
+  return TRUE;
 #else
   /* Unreachable: without the UAPI nobody is admitted (mcast-admission.c) */
   dbus_set_error_const (error, DBUS_ERROR_NOT_SUPPORTED,
                         "Built without the kernel's multicast interface");
   return FALSE;
 #endif
+}
+
+/* Whether commit count @a comes before @b (counts wrap) */
+static dbus_bool_t
+commit_before (dbus_uint32_t a,
+               dbus_uint32_t b)
+{
+  return (dbus_int32_t) (a - b) < 0;
+}
+
+/* @name went into (@owned_before FALSE) or out of members' hands with
+ * the commit just made.  Without memory it is not noted: a group copy
+ * read late is then taken for one sent after the change. */
+static void
+note_move (BusMcastMembers *members,
+           const char      *name,
+           dbus_bool_t      owned_before)
+{
+  Move *move = _dbus_hash_table_lookup_string (members->moves, name);
+
+  if (move == NULL)
+    {
+      char *key = _dbus_strdup (name);
+
+      move = dbus_new0 (Move, 1);
+      if (key == NULL || move == NULL ||
+          !_dbus_hash_table_insert_string (members->moves, key, move))
+        {
+          dbus_free (key);
+          dbus_free (move);
+          return;
+        }
+    }
+  else
+    {
+      move->previous = move->last;
+      move->moved_twice = TRUE;
+    }
+
+  move->last = members->commits;
+  move->owned_before = owned_before;
+}
+
+/* Adds @name, if well-known, to the set @owned */
+static dbus_bool_t
+add_well_known (const char *name,
+                void       *owned)
+{
+  char *key;
+
+  if (name[0] == ':')
+    return TRUE;
+
+  key = _dbus_strdup (name);
+  if (key == NULL || !_dbus_hash_table_insert_string (owned, key, key))
+    {
+      dbus_free (key);
+      return FALSE;
+    }
+
+  return TRUE;
+}
+
+/* Notes which well-known names went into or out of members' hands with
+ * the commit just made (mc->names hold what each member owns now), and
+ * forgets moves older than MOVES_KEPT_COMMITS commits. */
+static void
+note_moves (BusMcastMembers *members)
+{
+  DBusHashTable *owned;
+  DBusHashIter iter;
+
+  owned = _dbus_hash_table_new (DBUS_HASH_STRING, dbus_free, NULL);
+  if (owned == NULL)
+    return;
+
+  if (!foreach_member_name (members, add_well_known, owned))
+    {
+      _dbus_hash_table_unref (owned);
+      return;
+    }
+
+  _dbus_hash_iter_init (owned, &iter);
+  while (_dbus_hash_iter_next (&iter))
+    if (_dbus_hash_table_lookup_string (members->owned,
+                                        _dbus_hash_iter_get_string_key (&iter)) == NULL)
+      note_move (members, _dbus_hash_iter_get_string_key (&iter), FALSE);
+
+  _dbus_hash_iter_init (members->owned, &iter);
+  while (_dbus_hash_iter_next (&iter))
+    if (_dbus_hash_table_lookup_string (owned,
+                                        _dbus_hash_iter_get_string_key (&iter)) == NULL)
+      note_move (members, _dbus_hash_iter_get_string_key (&iter), TRUE);
+
+  _dbus_hash_table_unref (members->owned);
+  members->owned = owned;
+
+  if (members->commits % MOVES_KEPT_COMMITS != 0)
+    return;
+
+  _dbus_hash_iter_init (members->moves, &iter);
+  while (_dbus_hash_iter_next (&iter))
+    {
+      Move *move = _dbus_hash_iter_get_value (&iter);
+
+      if (commit_before (move->last, members->commits - MOVES_KEPT_COMMITS))
+        _dbus_hash_iter_remove_entry (&iter);
+    }
+}
+
+/* Whether a member owned the well-known name @name when the group had
+ * made @commits commits: the kernel then delivered what was addressed to
+ * the name to that member.  For a count older than the moves the daemon
+ * keeps, what is true now. */
+dbus_bool_t
+bus_mcast_members_owned_then (BusMcastMembers *members,
+                              const char      *name,
+                              dbus_uint32_t    commits)
+{
+  dbus_bool_t now = _dbus_hash_table_lookup_string (members->owned, name) != NULL;
+  Move *move = _dbus_hash_table_lookup_string (members->moves, name);
+
+  if (move == NULL || !commit_before (commits, move->last) ||
+      (move->moved_twice && commit_before (commits, move->previous)))
+    return now;
+
+  return move->owned_before;
 }
 
 /* A member whose programs cannot be brought up to date would receive
@@ -771,6 +944,36 @@ disconnect_member (BusMcastMembers    *members,
   dbus_connection_close (mc->connection);
 }
 
+/* Brings the daemon's program, the copy filter of every member (it runs
+ * on group copies only: what a member sends to the daemon alone is never
+ * filtered, so a continuation fragment that looks like a bad header
+ * cannot be dropped), up to date: staged once for the whole group
+ * (UNIX_GROUP_COPY_FILTER_STAGE) when it changed.  FALSE on failure; the
+ * daemon then keeps getting the copies the old program passes. */
+static dbus_bool_t
+update_daemon_program (BusMcastMembers *members,
+                       DBusError       *error)
+{
+  BusMcastProgram program = { NULL, 0, BUS_MCAST_PRECISION_EXACT };
+  BusMcastConnection *any = _dbus_list_get_first (&members->members);
+
+  if (!members->daemon_stale)
+    return TRUE;
+
+  if (!compile_filter (members, NULL, &program, error) ||
+      !stage_program (any->connection, UNIX_GROUP_COPY_FILTER_STAGE, &program,
+                      &members->daemon_program, &members->daemon_staged,
+                      error))
+    {
+      bus_mcast_program_clear (&program);
+      return FALSE;
+    }
+
+  bus_mcast_program_clear (&program);
+  members->daemon_stale = FALSE;
+  return TRUE;
+}
+
 /* Installs every program the flush staged with one UNIX_GROUP_COMMIT: a
  * message is filtered by all of them or by none, so a name moving from
  * one member to another reaches exactly one of them (doc/design.md).
@@ -784,7 +987,8 @@ commit_staged (BusMcastMembers *members)
   int fd, zero = 0;
 
   for (link = _dbus_list_get_first_link (&members->members);
-       link != NULL && !((BusMcastConnection *) link->data)->staged;
+       link != NULL && !members->daemon_staged &&
+       !((BusMcastConnection *) link->data)->staged;
        link = _dbus_list_get_next_link (&members->members, link))
     ;
 
@@ -796,6 +1000,11 @@ commit_staged (BusMcastMembers *members)
     dbus_set_error (&failed, DBUS_ERROR_FAILED,
                     "Could not commit the kernel filters: %s",
                     _dbus_strerror (errno));
+  else if (link != NULL)
+    {
+      members->commits += 1;
+      note_moves (members);
+    }
 
   for (link = _dbus_list_get_first_link (&members->members);
        link != NULL;
@@ -818,13 +1027,19 @@ commit_staged (BusMcastMembers *members)
       mc->recompiled = FALSE;
     }
 
+  if (members->daemon_staged && dbus_error_is_set (&failed))
+    {
+      /* Not installed: stage it again at the next flush */
+      bus_mcast_program_clear (&members->daemon_program);
+      members->daemon_stale = TRUE;
+    }
+  members->daemon_staged = FALSE;
   dbus_error_free (&failed);
 }
 
 void
 bus_mcast_members_flush (BusMcastMembers *members)
 {
-  BusMcastProgram daemon_program = { NULL, 0, BUS_MCAST_PRECISION_EXACT };
   DBusList *link, *next;
   DBusError error = DBUS_ERROR_INIT;
   char **names = NULL;
@@ -840,16 +1055,8 @@ bus_mcast_members_flush (BusMcastMembers *members)
       goto failed;
     }
 
-  if (members->daemon_stale)
-    {
-      if (!compile_filter (members, NULL, &daemon_program, &error))
-        goto failed;
-
-      bus_mcast_program_clear (&members->daemon_program);
-      members->daemon_program = daemon_program;
-      daemon_program.insns = NULL;
-      members->daemon_stale = FALSE;
-    }
+  if (!update_daemon_program (members, &error))
+    goto failed;
 
   for (link = _dbus_list_get_first_link (&members->members);
        link != NULL;
@@ -858,12 +1065,12 @@ bus_mcast_members_flush (BusMcastMembers *members)
       BusMcastConnection *mc = link->data;
 
       next = _dbus_list_get_next_link (&members->members, link);
-      if (!update_member (members, mc, &members->daemon_program, &error))
+      if (!update_member (members, mc, &error))
         disconnect_member (members, mc, &error);
     }
 
   commit_staged (members);
-  members->dirty = FALSE;
+  members->dirty = members->daemon_stale;
   goto out;
 
  failed:
@@ -878,7 +1085,6 @@ bus_mcast_members_flush (BusMcastMembers *members)
        link = _dbus_list_get_next_link (&members->members, link))
     _dbus_list_clear (&((BusMcastConnection *) link->data)->names);
   dbus_free_string_array (names);
-  bus_mcast_program_clear (&daemon_program);
 }
 
 dbus_bool_t
@@ -904,7 +1110,7 @@ bus_mcast_members_add (BusMcastMembers *members,
 
   /* Its filters must be in place before it is admitted. */
   bus_mcast_members_flush (members);
-  if (mc->peer_filter.insns == NULL || mc->copy_filter.insns == NULL)
+  if (mc->peer_filter.insns == NULL || members->daemon_program.insns == NULL)
     {
       dbus_set_error (error, DBUS_ERROR_FAILED,
                       "Could not install the kernel filters of %s",

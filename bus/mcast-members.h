@@ -4,8 +4,8 @@
  *
  * What this module is for: once a client is a member (bus/mcast-admission.h)
  * the kernel delivers to it what its peer filter passes, and delivers to
- * dbus-daemon what the daemon's copy filter (UNIX_COPY_FILTER) on the
- * member's connection passes (doc/design.md).  Both programs are functions of the bus state:
+ * dbus-daemon what the daemon's copy filter, one for the whole group
+ * (UNIX_GROUP_COPY_FILTER_STAGE), passes (doc/design.md).  Both programs are functions of the bus state:
  * who owns which name, and every connection's match rules (classic
  * clients' rules decide which broadcasts the daemon must see).  This
  * module keeps that state per connection, marks the programs a change
@@ -15,7 +15,12 @@
  * AddMatch or RequestName, or a NameOwnerChanged, finds the kernel filters
  * already updated.  A name change recompiles only the members it
  * affects: the name's old and new owners and the members whose rules
- * name it as sender.  A bus without members compiles nothing.
+ * name it as sender.  Every program a flush changes is staged and
+ * installed with one UNIX_GROUP_COMMIT, so a message sees all of them or
+ * none; for group copies the daemon reads after a name moved, it keeps
+ * which names went into or out of members' hands at which commit
+ * (bus_mcast_members_owned_then()).  A bus without members compiles
+ * nothing.
  *
  * Copyright (C) 2026 dbus-mcast contributors
  * SPDX-License-Identifier: AFL-2.1 OR GPL-2.0-or-later
@@ -64,5 +69,8 @@ void             bus_mcast_members_name_owner_changed (BusMcastMembers *members,
                                                        const char      *name);
 
 void             bus_mcast_members_flush          (BusMcastMembers   *members);
+dbus_bool_t      bus_mcast_members_owned_then     (BusMcastMembers   *members,
+                                                   const char        *name,
+                                                   dbus_uint32_t      commits);
 
 #endif /* BUS_MCAST_MEMBERS_H */

@@ -610,6 +610,7 @@ bus_mcast_observer_offer (BusMcastObserver *observer,
                           DBusList         *servers,
                           dbus_bool_t       offered)
 {
+  dbus_bool_t first = TRUE;
   DBusList *link;
 
   observer->offered = offered;
@@ -619,10 +620,17 @@ bus_mcast_observer_offer (BusMcastObserver *observer,
     {
       DBusError error = DBUS_ERROR_INIT;
       Group *group = find_group (observer, link->data);
+      dbus_bool_t here = offered && first;
 
       if (!_dbus_server_socket_set_mcast_offered (link->data,
-                                                  offered && is_admitted (group)) ||
-          !offered || group != NULL)
+                                                  here && is_admitted (group)))
+        continue;
+
+      /* One group: the filters assume that every member reaches every
+       * other one, and the daemon commits them in one group
+       * (mcast-members.h).  Clients of further groups stay classic. */
+      first = FALSE;
+      if (!here || group != NULL)
         continue;
 
       /* A group: offered once the daemon's member is in (claim) */

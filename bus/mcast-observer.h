@@ -1,15 +1,16 @@
 /* -*- mode: C; c-file-style: "gnu"; indent-tabs-mode: nil; -*- */
-/* mcast-observer.h  dbus-daemon's own member of each multicast group: the
+/* mcast-observer.h  dbus-daemon's own member of its multicast group: the
  *                   members' messages in the kernel's order, for monitors
  *
  * What this module is for: stock dbus-daemon shows its monitors every
  * message in the one order it handles them.  Members' messages do not pass
  * the daemon, and reading them from each sender's socket would give
  * monitors one order per sender only (a reply after the caller's next
- * call).  So the daemon is a member of each of its groups itself, one that
- * never sends: once its listening socket is a group on which it offers
- * promotion, it connects to it, claims that connection when its server
- * accepts it (bus_mcast_observer_claim(), before any authentication, by
+ * call).  So the daemon is a member of its group itself, one that never
+ * sends: once its listening socket is a group on which it offers
+ * promotion (the first such socket only: one group), it connects to
+ * it, claims that connection when its server accepts it
+ * (bus_mcast_observer_claim(), before any authentication, by
  * the peer's address, an abstract name the kernel bound it to) and admits it with
  * UNIX_MREQ_DIVERT_WHEN_FULL.  Promotion is offered on a group only from
  * then on (bus_mcast_observer_offer()), so no member ever sends while the

@@ -12,6 +12,7 @@
 #include "mcast-routing.h"
 
 #include <stdint.h>
+#include <string.h>
 
 #include <dbus/dbus-list.h>
 #include <dbus/dbus-mcast-member.h>
@@ -470,10 +471,30 @@ bus_mcast_routing_observed (DBusMessage *message)
                                 (void *) (uintptr_t) ARRIVED_OBSERVED, NULL);
 }
 
+/* Whether @recipient owns the well-known name @message is addressed to */
+static dbus_bool_t
+owns_destination (DBusConnection *recipient,
+                  DBusMessage    *message)
+{
+  const char *destination = dbus_message_get_destination (message);
+  BusService *service;
+  DBusString name;
+
+  if (destination == NULL || destination[0] == ':' ||
+      strcmp (destination, DBUS_SERVICE_DBUS) == 0)
+    return FALSE;
+
+  _dbus_string_init_const (&name, destination);
+  service = bus_registry_lookup (bus_connection_get_registry (recipient), &name);
+  return service != NULL &&
+         bus_service_get_primary_owners_connection (service) == recipient;
+}
+
 dbus_bool_t
 bus_mcast_routing_delivered_by_kernel (DBusConnection *recipient,
                                        DBusMessage    *message)
 {
+  dbus_uint32_t commits;
   Arrival arrival;
 
   if (arrival_slot < 0)
@@ -484,6 +505,16 @@ bus_mcast_routing_delivered_by_kernel (DBusConnection *recipient,
   arrival = arrival_of (message);
   if (arrival == ARRIVED_FROM_GROUP && bus_connection_is_monitor (recipient))
     return TRUE;
+
+  /* Addressed to a name that moved since it was sent: the kernel
+   * delivered it by name if a member owned the name then, whoever owns
+   * it now (bus_mcast_members_owned_then()) */
+  if (arrival == ARRIVED_FROM_GROUP &&
+      _dbus_seqpacket_message_get_commits (message, &commits) &&
+      owns_destination (recipient, message))
+    return bus_mcast_members_owned_then (
+        bus_context_get_mcast_members (bus_connection_get_context (recipient)),
+        dbus_message_get_destination (message), commits);
 
   return (arrival == ARRIVED_FROM_GROUP || arrival == ARRIVED_OBSERVED) &&
          bus_mcast_members_gets_group_traffic (recipient);

@@ -296,7 +296,7 @@ bus_mcast_spill_new (BusContext *context)
   if (!dbus_message_allocate_data_slot (&hold_slot))
     goto failed_copy_slot;
 
-  if (!_dbus_seqpacket_diverted_init ())
+  if (!_dbus_seqpacket_marks_init ())
     goto failed_hold_slot;
 
   return spill;
@@ -326,7 +326,7 @@ bus_mcast_spill_free (BusMcastSpill *spill)
   _dbus_loop_remove_timeout (bus_context_get_loop (spill->context),
                              spill->resume);
   _dbus_timeout_unref (spill->resume);
-  _dbus_seqpacket_diverted_deinit ();
+  _dbus_seqpacket_marks_deinit ();
   dbus_message_free_data_slot (&hold_slot);
   dbus_message_free_data_slot (&copy_slot);
   dbus_connection_free_data_slot (&member_slot);

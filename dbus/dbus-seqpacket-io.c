@@ -21,6 +21,7 @@
 #include "dbus-sysdeps-seqpacket.h"
 
 #include <errno.h>
+#include <stdint.h>
 #include <string.h>
 #include <sys/types.h>
 #include <sys/uio.h>
@@ -49,8 +50,8 @@ struct DBusSeqpacketFraming
    * Hello reply */
   DBusList *deferred;
   /** For a member: the message of the group packet just read, as its
-   * check loaded it; for the daemon: a diverted copy just read.  The
-   * transport queues it instead of the bytes. */
+   * check loaded it; for the daemon: a diverted copy or a group copy
+   * just read.  The transport queues it instead of the bytes. */
   DBusMessage *checked;
   /** The daemon's end: the kernel sender id the message being written
    * goes out under (a diverted copy written back), or 0 */
@@ -62,6 +63,9 @@ struct DBusSeqpacketFraming
 
 /* The message data slot holding a DBusSeqpacketDiverted */
 static dbus_int32_t diverted_slot = -1;
+/* The message data slot of a group copy the daemon read: the group's
+ * commits when it was sent, plus one (0 is no data) */
+static dbus_int32_t commits_slot = -1;
 
 /** A group packet kept until the Hello reply */
 typedef struct
@@ -290,7 +294,8 @@ read_packet (DBusSocket     fd,
              int           *fds,
              unsigned int  *n_fds,
              dbus_uint64_t *sender_id,
-             DBusSeqpacketDiverted *diverted)
+             DBusSeqpacketDiverted *diverted,
+             dbus_int64_t  *group_commits)
 {
   struct msghdr m;
   struct iovec iov;
@@ -383,6 +388,9 @@ read_packet (DBusSocket     fd,
               memcpy (&delivery, CMSG_DATA (cm), sizeof (delivery));
               if (delivery.kind == UNIX_DELIVERY_DIVERTED)
                 diverted->seq = delivery.seq;
+              else if (delivery.kind == UNIX_DELIVERY_GROUP &&
+                       group_commits != NULL)
+                *group_commits = delivery.seq;
             }
 #endif
           if (cm->cmsg_level == SOL_SOCKET && cm->cmsg_type == SCM_RIGHTS)
@@ -452,7 +460,7 @@ _dbus_seqpacket_read_stream (DBusSocket  fd,
                              DBusString *buffer)
 {
   return read_packet (fd, buffer, DBUS_SEQPACKET_MAX_AUTH_PACKET,
-                      NULL, NULL, NULL, NULL);
+                      NULL, NULL, NULL, NULL, NULL);
 }
 
 /**
@@ -793,26 +801,95 @@ diverted_packet (DBusSeqpacketFraming        *framing,
   return -1;
 }
 
+/* A group copy of the member's message, read on the daemon's end: a
+ * whole message in host byte order, loaded here and marked with the
+ * commits of the filters it passed (_dbus_seqpacket_message_get_commits()).
+ * Returns FALSE, leaving the packet to the loader unmarked, for one that
+ * does not load (the loader then finds what is wrong with it), while
+ * another message is in the buffer, or without memory. */
+static dbus_bool_t
+group_packet (DBusSeqpacketFraming *framing,
+              dbus_uint32_t         commits,
+              DBusString           *buffer,
+              int                   start,
+              int                   got)
+{
+  DBusMessage *message;
+
+  if (commits_slot < 0 || start != 0 || framing->remaining != 0 ||
+      framing->checked != NULL ||
+      _dbus_mcast_load_packet (0, buffer, start, got, &message) != DBUS_MCAST_KEEP)
+    return FALSE;
+
+  if (!dbus_message_set_data (message, commits_slot,
+                              (void *) (uintptr_t) ((uintptr_t) commits + 1),
+                              NULL))
+    {
+      dbus_message_unref (message);
+      return FALSE;
+    }
+
+  _dbus_string_set_length (buffer, start);
+  framing->checked = message;
+  return TRUE;
+}
+
 /**
- * Allocates the message data slot of diverted copies; the daemon calls
- * it before it admits anyone into a group, and
- * _dbus_seqpacket_diverted_deinit() as often when it is done.
+ * Allocates the message data slots of diverted copies and group copies;
+ * the daemon calls it before it admits anyone into a group, and
+ * _dbus_seqpacket_marks_deinit() as often when it is done.
  *
  * @returns #FALSE if no memory
  */
 dbus_bool_t
-_dbus_seqpacket_diverted_init (void)
+_dbus_seqpacket_marks_init (void)
 {
-  return dbus_message_allocate_data_slot (&diverted_slot);
+  if (!dbus_message_allocate_data_slot (&diverted_slot))
+    return FALSE;
+
+  if (!dbus_message_allocate_data_slot (&commits_slot))
+    {
+      dbus_message_free_data_slot (&diverted_slot);
+      return FALSE;
+    }
+
+  return TRUE;
 }
 
 /**
- * Frees what _dbus_seqpacket_diverted_init() allocated.
+ * Frees what _dbus_seqpacket_marks_init() allocated.
  */
 void
-_dbus_seqpacket_diverted_deinit (void)
+_dbus_seqpacket_marks_deinit (void)
 {
+  dbus_message_free_data_slot (&commits_slot);
   dbus_message_free_data_slot (&diverted_slot);
+}
+
+/**
+ * Whether a message the daemon read is a copy of a member's message from
+ * the group, and how many UNIX_GROUP_COMMITs the group had made when it
+ * was sent: the kernel filtered it with the programs of that commit.
+ *
+ * @param message the message
+ * @param commits where to return the number
+ * @returns #TRUE for a group copy
+ */
+dbus_bool_t
+_dbus_seqpacket_message_get_commits (DBusMessage   *message,
+                                     dbus_uint32_t *commits)
+{
+  uintptr_t data;
+
+  if (commits_slot < 0)
+    return FALSE;
+
+  data = (uintptr_t) dbus_message_get_data (message, commits_slot);
+  if (data == 0)
+    return FALSE;
+
+  *commits = (dbus_uint32_t) (data - 1);
+  return TRUE;
 }
 
 /**
@@ -855,7 +932,7 @@ _dbus_seqpacket_read_group_packet (DBusSocket             fd,
                                    DBusSeqpacketDiverted *diverted)
 {
   return read_packet (fd, buffer, DBUS_SEQPACKET_FRAGMENT_SIZE, NULL, NULL,
-                      sender_id, diverted);
+                      sender_id, diverted, NULL);
 }
 
 /**
@@ -883,12 +960,14 @@ _dbus_seqpacket_read_message (DBusSeqpacketFraming *framing,
   int start = _dbus_string_get_length (buffer);
   dbus_uint64_t sender_id = 0;
   DBusSeqpacketDiverted diverted = { 0, 0, FALSE };
+  dbus_int64_t group_commits = -1;
   int got;
   const char *violation;
 
   got = read_packet (fd, buffer, DBUS_SEQPACKET_FRAGMENT_SIZE, fds, n_fds,
                      framing->member != NULL ? &sender_id : NULL,
-                     framing->server ? &diverted : NULL);
+                     framing->server ? &diverted : NULL,
+                     framing->server ? &group_commits : NULL);
   if (got < 0 && errno == EPROTO && (sender_id != 0 || diverted.seq != 0))
     {
       /* Another member's packet, too long for any reader: the kernel
@@ -917,6 +996,10 @@ _dbus_seqpacket_read_message (DBusSeqpacketFraming *framing,
       _dbus_assert (fds == NULL || *n_fds == 0);
       return peer_packet (framing, sender_id, buffer, start, got);
     }
+
+  if (group_commits >= 0 && group_packet (framing, group_commits, buffer,
+                                          start, got))
+    return got;
 
   violation = check_framing (framing,
                              (const unsigned char *)

@@ -28,7 +28,9 @@
  * sequence number is not lost), and when the daemon sends that
  * message back to the member, it goes out under its original sender's id
  * (SCM_UNIX_SENDER_ID), so that the member sees what the group would have
- * delivered.
+ * delivered.  A copy of the member's own message from the group
+ * (UNIX_MREQ_SEND_TO_PEER) is marked with the group's commits when it was
+ * sent (_dbus_seqpacket_message_get_commits()).
  *
  * A receiver that sees anything else (a packet holding more than one
  * message, a short fragment, a fragment that is too long, an invalid fixed
@@ -107,11 +109,14 @@ int _dbus_seqpacket_read_group_packet (DBusSocket             fd,
                                        DBusSeqpacketDiverted *diverted);
 
 DBUS_PRIVATE_EXPORT
-dbus_bool_t                  _dbus_seqpacket_diverted_init        (void);
+dbus_bool_t                  _dbus_seqpacket_marks_init           (void);
 DBUS_PRIVATE_EXPORT
-void                         _dbus_seqpacket_diverted_deinit      (void);
+void                         _dbus_seqpacket_marks_deinit         (void);
 DBUS_PRIVATE_EXPORT
 const DBusSeqpacketDiverted *_dbus_seqpacket_message_get_diverted (DBusMessage *message);
+DBUS_PRIVATE_EXPORT
+dbus_bool_t                  _dbus_seqpacket_message_get_commits  (DBusMessage   *message,
+                                                                   dbus_uint32_t *commits);
 int _dbus_seqpacket_write_message  (DBusSeqpacketFraming *framing,
                                     DBusSocket            fd,
                                     const DBusString     *header,

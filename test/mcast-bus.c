@@ -1349,6 +1349,109 @@ test_hand_over (gconstpointer data)
   peer_free (owners[0]);
 }
 
+/* A member calls a well-known name nobody owns while another member
+ * requests it: every call gets exactly one answer, the new owner's reply
+ * or stock's ServiceUnknown, as a stock daemon answers each call as the
+ * name stood when it read it.  The daemon may read a call only after the
+ * name moved to the member: it must not take it for one the kernel
+ * delivered (design.md, "To a member"). */
+static void
+test_hand_over_from_nobody (gconstpointer data)
+{
+  enum { ROUNDS = 20, BURST = 10 };
+  const gchar *name = "org.dbusmcast.BusTest.Arriving";
+  Peer *service = peer_new (PEER_MEMBER);
+  Peer *caller = peer_new (PEER_MEMBER);
+  GHashTable *answered = g_hash_table_new (NULL, NULL);
+  guint by_service = 0, unknown = 0, round, i;
+  DBusMessage *m;
+
+  for (round = 0; round < ROUNDS; round++)
+    {
+      dbus_uint32_t flags = 0;
+      guint left = BURST;
+      gint64 deadline = g_get_monotonic_time () + TIMEOUT_US / 2;
+
+      m = dbus_message_new_method_call (DBUS_SERVICE_DBUS, DBUS_PATH_DBUS,
+                                        DBUS_INTERFACE_DBUS, "RequestName");
+      g_assert_true (dbus_message_append_args (m, DBUS_TYPE_STRING, &name,
+                                               DBUS_TYPE_UINT32, &flags,
+                                               DBUS_TYPE_INVALID));
+      peer_send (service, m);
+      dbus_message_unref (m);
+
+      for (i = 0; i < BURST; i++)
+        {
+          m = new_call (name, "Echo", "arriving");
+          g_hash_table_add (answered, GUINT_TO_POINTER (peer_send (caller, m)));
+          dbus_message_unref (m);
+        }
+
+      while (left > 0)
+        {
+          if (g_get_monotonic_time () > deadline)
+            g_error ("round %u: %u calls to a name being requested got no answer",
+                     round, left);
+
+          while ((m = peer_receive (service, 0)) != NULL)
+            {
+              if (is_test_call (m, NULL))
+                {
+                  DBusMessage *reply = dbus_message_new_method_return (m);
+
+                  peer_send (service, reply);
+                  dbus_message_unref (reply);
+                }
+              dbus_message_unref (m);
+            }
+
+          m = peer_receive (caller, 10);
+          if (m == NULL)
+            continue;
+          if (dbus_message_get_reply_serial (m) == 0)
+            {
+              dbus_message_unref (m); /* NameAcquired of its unique name */
+              continue;
+            }
+          if (!g_hash_table_remove (answered,
+                                    GUINT_TO_POINTER (dbus_message_get_reply_serial (m))))
+            g_error ("a second answer to call %u, from %s",
+                     dbus_message_get_reply_serial (m), dbus_message_get_sender (m));
+          if (dbus_message_get_type (m) == DBUS_MESSAGE_TYPE_ERROR)
+            {
+              g_assert_cmpstr (dbus_message_get_error_name (m), ==,
+                               DBUS_ERROR_SERVICE_UNKNOWN);
+              unknown++;
+            }
+          else
+            {
+              g_assert_cmpstr (dbus_message_get_sender (m), ==, service->name);
+              by_service++;
+            }
+          dbus_message_unref (m);
+          left--;
+        }
+
+      g_assert_cmpuint (request_or_release (service, "ReleaseName", name), ==,
+                        DBUS_RELEASE_NAME_REPLY_RELEASED);
+    }
+
+  /* No second answer came late */
+  peer_sync (caller);
+  while ((m = g_queue_pop_head (&caller->stash)) != NULL)
+    {
+      g_assert_cmpuint (dbus_message_get_reply_serial (m), ==, 0);
+      dbus_message_unref (m);
+    }
+  g_test_message ("%u calls answered by the new owner, %u with ServiceUnknown",
+                  by_service, unknown);
+  g_assert_cmpuint (by_service + unknown, ==, ROUNDS * BURST);
+
+  g_hash_table_unref (answered);
+  peer_free (caller);
+  peer_free (service);
+}
+
 /* ---- activation ---------------------------------------------------------- */
 
 static gboolean
@@ -3858,7 +3961,8 @@ main (int    argc,
   for (i = 0; i < G_N_ELEMENTS (triples_names); i++)
     ADDF (test_names, triples_names[i], "/names/%s", triples_names[i]);
   ADD ("/names/recompile", test_names_recompile, NULL);
-  ADD ("/names/hand-over", test_hand_over, NULL);
+  ADD ("/names/hand-over/members", test_hand_over, NULL);
+  ADD ("/names/hand-over/from-nobody", test_hand_over_from_nobody, NULL);
   ADD ("/no-reply/disconnect/monitored/member-member", test_no_reply_monitored,
        "member-member");
   ADD ("/no-reply/disconnect/together", test_no_reply_together, NULL);
