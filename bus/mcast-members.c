@@ -944,6 +944,27 @@ disconnect_member (BusMcastMembers    *members,
   dbus_connection_close (mc->connection);
 }
 
+/* A member's connection whose socket is still open: any accepted socket
+ * of the group stages and commits for the whole group.  NULL if none. */
+static DBusConnection *
+group_connection (BusMcastMembers *members)
+{
+  DBusList *link;
+  int fd;
+
+  for (link = _dbus_list_get_first_link (&members->members);
+       link != NULL;
+       link = _dbus_list_get_next_link (&members->members, link))
+    {
+      DBusConnection *connection = ((BusMcastConnection *) link->data)->connection;
+
+      if (dbus_connection_get_socket (connection, &fd))
+        return connection;
+    }
+
+  return NULL;
+}
+
 /* Brings the daemon's program, the copy filter of every member (it runs
  * on group copies only: what a member sends to the daemon alone is never
  * filtered, so a continuation fragment that looks like a bad header
@@ -955,13 +976,20 @@ update_daemon_program (BusMcastMembers *members,
                        DBusError       *error)
 {
   BusMcastProgram program = { NULL, 0, BUS_MCAST_PRECISION_EXACT };
-  BusMcastConnection *any = _dbus_list_get_first (&members->members);
+  DBusConnection *any = group_connection (members);
 
   if (!members->daemon_stale)
     return TRUE;
 
+  if (any == NULL)
+    {
+      dbus_set_error_const (error, DBUS_ERROR_DISCONNECTED,
+                            "No member connection has a socket");
+      return FALSE;
+    }
+
   if (!compile_filter (members, NULL, &program, error) ||
-      !stage_program (any->connection, UNIX_GROUP_COPY_FILTER_STAGE, &program,
+      !stage_program (any, UNIX_GROUP_COPY_FILTER_STAGE, &program,
                       &members->daemon_program, &members->daemon_staged,
                       error))
     {
@@ -984,6 +1012,7 @@ commit_staged (BusMcastMembers *members)
 {
   DBusList *link, *next;
   DBusError failed = DBUS_ERROR_INIT;
+  DBusConnection *committer = NULL;
   int fd, zero = 0;
 
   for (link = _dbus_list_get_first_link (&members->members);
@@ -991,14 +1020,16 @@ commit_staged (BusMcastMembers *members)
        !((BusMcastConnection *) link->data)->staged;
        link = _dbus_list_get_next_link (&members->members, link))
     ;
+  if (link != NULL)
+    committer = group_connection (members);
 
-  /* Any accepted socket of the group commits for all of them */
   if (link != NULL &&
-      (!dbus_connection_get_socket (((BusMcastConnection *) link->data)->connection,
-                                    &fd) ||
+      (committer == NULL ||
+       !dbus_connection_get_socket (committer, &fd) ||
        setsockopt (fd, SOL_UNIX, UNIX_GROUP_COMMIT, &zero, sizeof (zero)) < 0))
     dbus_set_error (&failed, DBUS_ERROR_FAILED,
                     "Could not commit the kernel filters: %s",
+                    committer == NULL ? "no member connection has a socket" :
                     _dbus_strerror (errno));
   else if (link != NULL)
     {
