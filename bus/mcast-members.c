@@ -52,8 +52,8 @@ typedef struct
   dbus_bool_t staged;          /**< member: during a flush, programs of it
                                     wait for the commit */
   BusMcastProgram peer_filter; /**< member: the program installed */
-  /** member: well-known name -> unique name of its owner ("" for none),
-   * as the member was told for its rules' sender= keys (tell_owners()) */
+  /** member: its table of owners as the Owners signals it was sent left
+   * it (_dbus_mcast_owners_record(); tell_owners()) */
   DBusHashTable *told;
 } BusMcastConnection;
 
@@ -638,7 +638,8 @@ append_owner (DBusMessageIter *array,
 
 /* Appends to @array the owners in @now that member @mc was not told yet,
  * and "" for the names it was told of that no rule names any more;
- * @mc->told becomes @now.  *@changed is set if anything was appended.
+ * @mc->told becomes the member's table as these entries leave it.
+ * *@changed is set if anything was appended.
  * FALSE on OOM. */
 static dbus_bool_t
 append_changed_owners (BusMcastConnection *mc,
@@ -654,22 +655,13 @@ append_changed_owners (BusMcastConnection *mc,
       const char *name = _dbus_hash_iter_get_string_key (&iter);
       const char *owner = _dbus_hash_iter_get_value (&iter);
       const char *told = _dbus_hash_table_lookup_string (mc->told, name);
-      char *key, *value;
 
-      if (told != NULL && strcmp (told, owner) == 0)
+      /* No entry: the member takes the name to have no owner */
+      if (told == NULL ? *owner == '\0' : strcmp (told, owner) == 0)
         continue;
 
-      key = _dbus_strdup (name);
-      value = _dbus_strdup (owner);
-      if (key == NULL || value == NULL ||
-          !_dbus_hash_table_insert_string (mc->told, key, value))
-        {
-          dbus_free (key);
-          dbus_free (value);
-          return FALSE;
-        }
-
-      if (!append_owner (array, name, owner))
+      if (!_dbus_mcast_owners_record (mc->told, name, owner) ||
+          !append_owner (array, name, owner))
         return FALSE;
       *changed = TRUE;
     }
@@ -678,17 +670,13 @@ append_changed_owners (BusMcastConnection *mc,
   while (_dbus_hash_iter_next (&iter))
     {
       const char *name = _dbus_hash_iter_get_string_key (&iter);
-      const char *told = _dbus_hash_iter_get_value (&iter);
 
       if (_dbus_hash_table_lookup_string (now, name) != NULL)
         continue;
 
-      if (*told != '\0')
-        {
-          if (!append_owner (array, name, ""))
-            return FALSE;
-          *changed = TRUE;
-        }
+      if (!append_owner (array, name, ""))
+        return FALSE;
+      *changed = TRUE;
       _dbus_hash_iter_remove_entry (&iter);
     }
 

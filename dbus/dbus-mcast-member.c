@@ -609,6 +609,32 @@ append_no_reply (DBusMcastMember *member,
   return ok;
 }
 
+/* Loads the daemon's private signal @member (DBUS_MCAST_DEPARTED or
+ * DBUS_MCAST_OWNERS), at @start in @data, @len bytes, if it has
+ * @signature.  NULL, logged, if it does not load (or no memory). */
+static DBusMessage *
+load_daemon_signal (DBusString *data,
+                    int         start,
+                    int         len,
+                    const char *member,
+                    const char *signature)
+{
+  DBusError error = DBUS_ERROR_INIT;
+  DBusMessage *signal;
+
+  signal = dbus_message_demarshal (_dbus_string_get_const_data_len (data, start, len),
+                                   len, &error);
+  if (signal != NULL && dbus_message_has_signature (signal, signature))
+    return signal;
+
+  _dbus_verbose ("dbus-mcast: cannot read a %s signal (%s)\n", member,
+                 signal == NULL ? error.message : "signature");
+  dbus_error_free (&error);
+  if (signal != NULL)
+    dbus_message_unref (signal);
+  return NULL;
+}
+
 /* The daemon's Departed signal, at @start in @data, @len bytes: replaced
  * there by stock's NoReply error for each call of ours the departed
  * members will never answer.  Without memory nothing changes and the
@@ -620,7 +646,6 @@ member_departed (DBusMcastMember *member,
                  int              start,
                  int              len)
 {
-  DBusError error = DBUS_ERROR_INIT;
   DBusMessage *signal;
   DBusMessageIter args, entries;
   Ended *ended = NULL;
@@ -629,16 +654,10 @@ member_departed (DBusMcastMember *member,
   DBusMcastVerdict verdict = DBUS_MCAST_DROP;
   int n = 0, i;
 
-  signal = dbus_message_demarshal (_dbus_string_get_const_data_len (data, start, len),
-                                   len, &error);
-  if (signal == NULL ||
-      !dbus_message_has_signature (signal, DBUS_MCAST_DEPARTED_SIGNATURE))
-    {
-      _dbus_verbose ("dbus-mcast: cannot read a Departed signal (%s)\n",
-                     signal == NULL ? error.message : "signature");
-      dbus_error_free (&error);
-      goto out;
-    }
+  signal = load_daemon_signal (data, start, len, DBUS_MCAST_DEPARTED,
+                               DBUS_MCAST_DEPARTED_SIGNATURE);
+  if (signal == NULL)
+    goto out;
 
   ended = dbus_new (Ended, _dbus_hash_table_get_n_entries (member->pending) + 1);
   if (ended == NULL)
@@ -695,6 +714,43 @@ member_departed (DBusMcastMember *member,
   return verdict;
 }
 
+/**
+ * Sets @name's entry in a table of owners as an Owners signal entry
+ * (@name, @owner) does: the member keeps its table so, and the daemon
+ * keeps what it told each member the same way.  An empty @owner (none)
+ * removes the entry.
+ *
+ * @param owners well-known name -> unique name, both owned by the table
+ * @param name the name
+ * @param owner its owner's unique name, or ""
+ * @returns #FALSE if no memory (the entry is then as it was)
+ */
+dbus_bool_t
+_dbus_mcast_owners_record (DBusHashTable *owners,
+                           const char    *name,
+                           const char    *owner)
+{
+  char *key, *value;
+
+  if (*owner == '\0')
+    {
+      _dbus_hash_table_remove_string (owners, name);
+      return TRUE;
+    }
+
+  key = _dbus_strdup (name);
+  value = _dbus_strdup (owner);
+  if (key == NULL || value == NULL ||
+      !_dbus_hash_table_insert_string (owners, key, value))
+    {
+      dbus_free (key);
+      dbus_free (value);
+      return FALSE;
+    }
+
+  return TRUE;
+}
+
 /* Records one (name, owner) entry of the daemon's Owners signal.  FALSE
  * if no memory. */
 static dbus_bool_t
@@ -703,30 +759,12 @@ record_owner (DBusMcastMember *member,
 {
   DBusMessageIter fields;
   const char *name, *owner;
-  char *key, *value;
 
   dbus_message_iter_recurse (entry, &fields);
   dbus_message_iter_get_basic (&fields, &name);
   dbus_message_iter_next (&fields);
   dbus_message_iter_get_basic (&fields, &owner);
-
-  if (*owner == '\0')
-    {
-      _dbus_hash_table_remove_string (member->owners, name);
-      return TRUE;
-    }
-
-  key = _dbus_strdup (name);
-  value = _dbus_strdup (owner);
-  if (key == NULL || value == NULL ||
-      !_dbus_hash_table_insert_string (member->owners, key, value))
-    {
-      dbus_free (key);
-      dbus_free (value);
-      return FALSE;
-    }
-
-  return TRUE;
+  return _dbus_mcast_owners_record (member->owners, name, owner);
 }
 
 /* The daemon's Owners signal, at @start in @data, @len bytes: the new
@@ -740,22 +778,14 @@ member_owners (DBusMcastMember *member,
                int              start,
                int              len)
 {
-  DBusError error = DBUS_ERROR_INIT;
   DBusMessage *signal;
   DBusMessageIter args, entries;
-  dbus_bool_t ok = TRUE;
+  dbus_bool_t ok;
 
-  signal = dbus_message_demarshal (_dbus_string_get_const_data_len (data, start, len),
-                                   len, &error);
-  if (signal == NULL ||
-      !dbus_message_has_signature (signal, DBUS_MCAST_OWNERS_SIGNATURE))
-    {
-      _dbus_verbose ("dbus-mcast: cannot read an Owners signal (%s)\n",
-                     signal == NULL ? error.message : "signature");
-      dbus_error_free (&error);
-      ok = FALSE;
-    }
-  else
+  signal = load_daemon_signal (data, start, len, DBUS_MCAST_OWNERS,
+                               DBUS_MCAST_OWNERS_SIGNATURE);
+  ok = signal != NULL;
+  if (ok)
     {
       dbus_message_iter_init (signal, &args);
       dbus_message_iter_recurse (&args, &entries);

@@ -39,6 +39,7 @@
 #ifndef DBUS_MCAST_MEMBER_H
 #define DBUS_MCAST_MEMBER_H
 
+#include <dbus/dbus-hash.h>
 #include <dbus/dbus-internals.h>
 #include <dbus/dbus-message.h>
 #include <dbus/dbus-string.h>
@@ -121,6 +122,10 @@ DBusMessage  *_dbus_mcast_no_reply_new      (const char    *destination,
                                             dbus_uint32_t  reply_serial);
 DBUS_PRIVATE_EXPORT
 dbus_bool_t   _dbus_mcast_group_can_carry   (DBusMessage *message);
+DBUS_PRIVATE_EXPORT
+dbus_bool_t   _dbus_mcast_owners_record     (DBusHashTable *owners,
+                                            const char    *name,
+                                            const char    *owner);
 DBUS_PRIVATE_EXPORT
 dbus_bool_t   _dbus_mcast_is_fenced         (DBusMessage *message);
 DBUS_PRIVATE_EXPORT
