@@ -802,8 +802,9 @@ diverted_packet (DBusSeqpacketFraming        *framing,
 }
 
 /* A group copy of the member's message, read on the daemon's end: a
- * whole message in host byte order, loaded here and marked with the
- * commits of the filters it passed (_dbus_seqpacket_message_get_commits()).
+ * whole message in host byte order, loaded here and, if it is addressed
+ * to a name (which may have moved since), marked with the commits of the
+ * filters it passed (_dbus_seqpacket_message_get_commits()).
  * Returns FALSE, leaving the packet to the loader unmarked, for one that
  * does not load (the loader then finds what is wrong with it), while
  * another message is in the buffer, or without memory. */
@@ -821,7 +822,8 @@ group_packet (DBusSeqpacketFraming *framing,
       _dbus_mcast_load_packet (0, buffer, start, got, &message) != DBUS_MCAST_KEEP)
     return FALSE;
 
-  if (!dbus_message_set_data (message, commits_slot,
+  if (dbus_message_get_destination (message) != NULL &&
+      !dbus_message_set_data (message, commits_slot,
                               (void *) (uintptr_t) ((uintptr_t) commits + 1),
                               NULL))
     {
@@ -868,8 +870,9 @@ _dbus_seqpacket_marks_deinit (void)
 
 /**
  * Whether a message the daemon read is a copy of a member's message from
- * the group, and how many UNIX_GROUP_COMMITs the group had made when it
- * was sent: the kernel filtered it with the programs of that commit.
+ * the group addressed to a name, and how many UNIX_GROUP_COMMITs the
+ * group had made when it was sent: the kernel filtered it with the
+ * programs of that commit.
  *
  * @param message the message
  * @param commits where to return the number

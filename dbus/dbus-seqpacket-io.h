@@ -29,8 +29,8 @@
  * message back to the member, it goes out under its original sender's id
  * (SCM_UNIX_SENDER_ID), so that the member sees what the group would have
  * delivered.  A copy of the member's own message from the group
- * (UNIX_MREQ_SEND_TO_PEER) is marked with the group's commits when it was
- * sent (_dbus_seqpacket_message_get_commits()).
+ * (UNIX_MREQ_SEND_TO_PEER) addressed to a name is marked with the group's
+ * commits when it was sent (_dbus_seqpacket_message_get_commits()).
  *
  * A receiver that sees anything else (a packet holding more than one
  * message, a short fragment, a fragment that is too long, an invalid fixed
