@@ -23,7 +23,64 @@
 #include "apparmor.h"
 #include "connection.h"
 #include "mcast-observer.h"
+#include "mcast-spill.h"
 #include "selinux.h"
+#include "utils.h"
+
+/* The ReplyLimit signal for @connection (dbus-mcast-member.h): the
+ * bus's max_replies_per_connection, which the member's libdbus applies
+ * to its calls to members.  NULL if no memory. */
+static DBusMessage *
+new_reply_limit (DBusConnection *connection)
+{
+  int limit = bus_context_get_max_replies_per_connection (
+      bus_connection_get_context (connection));
+  dbus_uint32_t value = limit > 0 ? (dbus_uint32_t) limit : 0;
+  DBusMessage *signal;
+
+  signal = dbus_message_new_signal (DBUS_PATH_DBUS, DBUS_MCAST_INTERFACE,
+                                    DBUS_MCAST_REPLY_LIMIT);
+  if (signal == NULL)
+    return NULL;
+
+  if (dbus_message_set_sender (signal, DBUS_SERVICE_DBUS) &&
+      dbus_message_set_destination (signal,
+                                    bus_connection_get_name (connection)) &&
+      dbus_message_append_args (signal, DBUS_TYPE_UINT32, &value,
+                                DBUS_TYPE_INVALID))
+    return signal;
+
+  dbus_message_unref (signal);
+  return NULL;
+}
+
+/* Sends member @connection the ReplyLimit signal @signal, behind the
+ * copies diverted from it so far */
+static void
+send_reply_limit (DBusConnection *connection,
+                  DBusMessage    *signal)
+{
+  bus_mcast_spill_send_behind (
+      bus_context_get_mcast_spill (bus_connection_get_context (connection)),
+      connection, signal);
+  dbus_message_unref (signal);
+}
+
+/* A reload may have changed the limit: every member is told again, as
+ * it is told at its Hello */
+static void
+tell_reply_limit (DBusConnection *connection,
+                  void           *data)
+{
+  DBusMessage *signal;
+
+  if (bus_connection_is_monitor (connection))
+    return; /* it may not call anyone */
+
+  while ((signal = new_reply_limit (connection)) == NULL)
+    _dbus_wait_for_memory ();
+  send_reply_limit (connection, signal);
+}
 
 void
 bus_mcast_admission_configure (BusMcastMembers  *members,
@@ -44,6 +101,8 @@ bus_mcast_admission_configure (BusMcastMembers  *members,
   bus_mcast_observer_offer (observer, servers, offered);
   if (!offered)
     bus_mcast_members_close_all (members);
+  else
+    bus_mcast_members_foreach (members, tell_reply_limit, NULL);
 }
 
 #ifdef DBUS_HAVE_MCAST_UAPI
@@ -118,6 +177,7 @@ bus_mcast_admission_admit (BusMcastMembers *members,
                            DBusConnection  *connection,
                            DBusError       *error)
 {
+  DBusMessage *reply_limit;
   dbus_uint64_t id;
   int one = 1;
   int fd;
@@ -144,25 +204,34 @@ bus_mcast_admission_admit (BusMcastMembers *members,
       return FALSE;
     }
 
+  /* Before the Hello reply: the member's first call may be counted */
+  reply_limit = new_reply_limit (connection);
+  if (reply_limit == NULL)
+    {
+      BUS_SET_OOM (error);
+      return FALSE;
+    }
+
   if (!set_option (fd, UNIX_PEER_ID, &id, sizeof (id),
-                   "set the sender id", error))
-    return FALSE;
-
-  /* Diverted copies come with their senders' ids */
-  if (!set_option (fd, UNIX_PASSID, &one, sizeof (one),
-                   "receive the sender ids of diverted copies", error))
-    return FALSE;
-
-  if (!bus_mcast_members_add (members, connection, error))
-    return FALSE;
+                   "set the sender id", error) ||
+      /* Diverted copies come with their senders' ids */
+      !set_option (fd, UNIX_PASSID, &one, sizeof (one),
+                   "receive the sender ids of diverted copies", error) ||
+      !bus_mcast_members_add (members, connection, error))
+    goto failed;
 
   if (!admit (connection, ADMIT_FLAGS | UNIX_MREQ_LOOPBACK, error))
     {
       bus_mcast_members_disconnected (members, connection);
-      return FALSE;
+      goto failed;
     }
 
+  send_reply_limit (connection, reply_limit);
   return TRUE;
+
+ failed:
+  dbus_message_unref (reply_limit);
+  return FALSE;
 }
 
 /* A monitor may not send: stock disconnects one that tries, before

@@ -15,9 +15,11 @@
  * SELinux (nobody could ask them about a group message).  On a group it offers promotion once its own member
  * is in (mcast-observer.h).  At Hello, a client that
  * agreed gets, in this order, its kernel sender id, its peer filter, the
- * daemon's copy filter on its connection, and admission with
- * UNIX_MREQ_SEND_TO_PEER and UNIX_MREQ_DIVERT_WHEN_FULL, all before the
- * Hello reply is queued (doc/design.md, "Promotion"): a member that stops
+ * daemon's copy filter on its connection, admission with
+ * UNIX_MREQ_SEND_TO_PEER and UNIX_MREQ_DIVERT_WHEN_FULL, and the bus's
+ * max_replies_per_connection in a ReplyLimit signal (dbus-mcast-member.h;
+ * again after every reload), all before the Hello reply is queued
+ * (doc/design.md, "Promotion"): a member that stops
  * reading then holds nobody back, and what it misses meanwhile reaches it
  * through the daemon (mcast-spill.h).  A member that becomes a monitor of
  * everything keeps that admission: a monitor that stops reading never

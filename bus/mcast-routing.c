@@ -31,7 +31,9 @@ typedef enum
 {
   ARRIVED_FROM_GROUP = 1,
   ARRIVED_STRAIGHT,
-  ARRIVED_OBSERVED             /**< read by the daemon's own member */
+  ARRIVED_OBSERVED,            /**< read by the daemon's own member */
+  ARRIVED_OVER_REPLY_LIMIT     /**< straight, a call its sender's libdbus
+                                    found over the reply limit */
 } Arrival;
 
 /* A fence owed to a member, in a second message data slot of the message
@@ -87,7 +89,7 @@ static dbus_bool_t
 waits_for_fence (Arrival      arrival,
                  DBusMessage *message)
 {
-  return arrival == ARRIVED_STRAIGHT ||
+  return arrival == ARRIVED_STRAIGHT || arrival == ARRIVED_OVER_REPLY_LIMIT ||
          (arrival == ARRIVED_FROM_GROUP && _dbus_mcast_is_fenced (message));
 }
 
@@ -432,7 +434,14 @@ bus_mcast_routing_received (BusMcastRouting *routing,
   if (!stripped)
     group = FALSE;
 
-  if (group)
+  if (_dbus_mcast_is_over_reply_limit (message))
+    {
+      /* Refused where the bus counts the replies it expects
+       * (bus_mcast_routing_over_reply_limit()) */
+      arrival = ARRIVED_OVER_REPLY_LIMIT;
+      routing->stats.straight += 1;
+    }
+  else if (group)
     {
       arrival = ARRIVED_FROM_GROUP;
       routing->stats.from_group += 1;
@@ -518,6 +527,12 @@ bus_mcast_routing_delivered_by_kernel (DBusConnection *recipient,
 
   return (arrival == ARRIVED_FROM_GROUP || arrival == ARRIVED_OBSERVED) &&
          bus_mcast_members_gets_group_traffic (recipient);
+}
+
+dbus_bool_t
+bus_mcast_routing_over_reply_limit (DBusMessage *message)
+{
+  return arrival_slot >= 0 && arrival_of (message) == ARRIVED_OVER_REPLY_LIMIT;
 }
 
 void

@@ -22,7 +22,10 @@
  * when members leave, every other member gets one Departed signal for
  * all that left since the last one (dbus-mcast-member.h), from which its
  * libdbus answers the calls the departed members will never answer with
- * stock's NoReply error.
+ * stock's NoReply error.  For the same reason the caller's libdbus
+ * counts its calls against max_replies_per_connection, and sends the
+ * daemon alone a call over it, which the daemon refuses as stock does
+ * (bus_mcast_routing_over_reply_limit(), dbus-mcast-member.h).
  *
  * Copyright (C) 2026 dbus-mcast contributors
  * SPDX-License-Identifier: AFL-2.1 OR GPL-2.0-or-later
@@ -55,6 +58,7 @@ dbus_bool_t      bus_mcast_routing_received            (BusMcastRouting *routing
 dbus_bool_t      bus_mcast_routing_observed            (DBusMessage     *message);
 dbus_bool_t      bus_mcast_routing_delivered_by_kernel (DBusConnection  *recipient,
                                                         DBusMessage     *message);
+dbus_bool_t      bus_mcast_routing_over_reply_limit    (DBusMessage     *message);
 void             bus_mcast_routing_hand_over           (DBusMessage     *message);
 DBusMessage     *bus_mcast_routing_for_recipient       (DBusConnection  *recipient,
                                                         DBusMessage     *message);

@@ -49,6 +49,8 @@ typedef struct
   /** Already applied: sent without expecting a reply, so the daemon only
    * answers if it refuses (with an error) */
   dbus_bool_t applied;
+  /** Counts towards the bus's max_replies_per_connection (counts_reply()) */
+  dbus_bool_t counted;
 } PendingCall;
 
 struct DBusMcastMember
@@ -67,6 +69,10 @@ struct DBusMcastMember
   dbus_bool_t prepared_direct; /**< it goes to the daemon alone */
   dbus_bool_t prepared_fence;    /**< writing stops after it */
   DBusHashTable *pending;        /**< serial -> PendingCall */
+  /** How many of them count towards the reply limit */
+  dbus_uint32_t n_counted;
+  /** The bus's max_replies_per_connection, as its ReplyLimit signal said */
+  dbus_uint32_t reply_limit;
   DBusList *rules;               /**< DBusMatchRule of successful AddMatch */
   /** well-known name -> unique name of its owner, for the names of our
    * rules' sender= keys: what the daemon's Owners signals said */
@@ -122,6 +128,9 @@ _dbus_mcast_member_new (void)
   if (!_dbus_header_init (&member->scratch))
     goto failed;
 
+  /* The daemon says the limit before the Hello reply, and nothing is
+   * written before that */
+  member->reply_limit = DBUS_MCAST_NO_REPLY_LIMIT;
   member->state = STATE_BEFORE_HELLO;
   return member;
 
@@ -192,6 +201,36 @@ is_driver_call (DBusMessage *message,
          dbus_message_has_member (message, method);
 }
 
+/* Whether @message, which we send, counts towards the bus's
+ * max_replies_per_connection as dbus-daemon counts it: one that expects a
+ * reply from a peer (bus/connection.c, bus_connections_expect_reply()),
+ * not from the bus driver, and not one without a destination, which
+ * nobody is to answer. */
+static dbus_bool_t
+counts_reply (DBusMessage *message)
+{
+  const char *destination = dbus_message_get_destination (message);
+
+  return dbus_message_get_type (message) == DBUS_MESSAGE_TYPE_METHOD_CALL &&
+         !dbus_message_get_no_reply (message) && destination != NULL &&
+         strcmp (destination, DBUS_SERVICE_DBUS) != 0;
+}
+
+/* Removes the call @serial, if we track it */
+static void
+forget_call (DBusMcastMember *member,
+             dbus_uint32_t    serial)
+{
+  PendingCall *call = _dbus_hash_table_lookup_uintptr (member->pending, serial);
+
+  if (call == NULL)
+    return;
+
+  if (call->counted)
+    member->n_counted -= 1;
+  _dbus_hash_table_remove_uintptr (member->pending, serial);
+}
+
 /* Records a method call we are about to send: one that expects a reply,
  * or an AddMatch/RemoveMatch.  Returns it, or NULL if no memory. */
 static PendingCall *
@@ -200,7 +239,8 @@ track_call (DBusMcastMember *member,
 {
   const char *destination = dbus_message_get_destination (message);
   dbus_bool_t add_match = is_driver_call (message, "AddMatch");
-  PendingCall *call;
+  PendingCall *call, *replaced;
+  dbus_bool_t replaced_counted;
   const char *text;
 
   call = dbus_new0 (PendingCall, 1);
@@ -243,11 +283,22 @@ track_call (DBusMcastMember *member,
     dbus_message_is_method_call (message, DBUS_INTERFACE_MONITORING,
                                  "BecomeMonitor") &&
     dbus_message_has_destination (message, DBUS_SERVICE_DBUS);
+  call->counted = counts_reply (message);
 
+  /* An application may reuse a serial: the new call takes the place of
+   * the old one, which the insertion frees */
+  replaced = _dbus_hash_table_lookup_uintptr (member->pending,
+                                              dbus_message_get_serial (message));
+  replaced_counted = replaced != NULL && replaced->counted;
   if (!_dbus_hash_table_insert_uintptr (member->pending,
                                         dbus_message_get_serial (message),
                                         call))
     goto oom;
+
+  if (replaced_counted)
+    member->n_counted -= 1;
+  if (call->counted)
+    member->n_counted += 1;
 
   return call;
 
@@ -317,7 +368,7 @@ answer_call (DBusMcastMember *member,
         _dbus_match_rule_list_remove (&member->rules, call->rule); /* refused after all */
     }
 
-  _dbus_hash_table_remove_uintptr (member->pending, serial);
+  forget_call (member, serial);
   return TRUE;
 }
 
@@ -336,6 +387,7 @@ _dbus_mcast_member_prepare (DBusMcastMember *member,
   dbus_uint32_t serial = dbus_message_get_serial (message);
   const char *name = member->name;
   const char *sender;
+  dbus_bool_t over_limit;
 
   if (serial == member->prepared_serial)
     return TRUE; /* a retry after EAGAIN or no memory */
@@ -360,11 +412,26 @@ _dbus_mcast_member_prepare (DBusMcastMember *member,
       break;
 
     case STATE_MEMBER:
+      /* Over the bus's reply limit: the call goes to the daemon alone,
+       * which refuses it as stock does.  It goes without SENDER, which
+       * the daemon writes itself, so the daemon can tell it from a call
+       * that had to go that way (_dbus_mcast_is_over_reply_limit()). */
+      over_limit = counts_reply (message) &&
+                   member->n_counted >= member->reply_limit;
       sender = dbus_message_get_sender (message);
-      if ((sender == NULL || strcmp (sender, member->name) != 0) &&
-          !_dbus_header_set_field_basic (&message->header,
-                                         DBUS_HEADER_FIELD_SENDER,
-                                         DBUS_TYPE_STRING, &name))
+      if (over_limit)
+        {
+          if (sender != NULL &&
+              !_dbus_header_delete_field (&message->header,
+                                          DBUS_HEADER_FIELD_SENDER))
+            return FALSE;
+          member->prepared_direct = TRUE;
+          member->prepared_fence = TRUE;
+        }
+      else if ((sender == NULL || strcmp (sender, member->name) != 0) &&
+               !_dbus_header_set_field_basic (&message->header,
+                                              DBUS_HEADER_FIELD_SENDER,
+                                              DBUS_TYPE_STRING, &name))
         return FALSE;
 
       if (dbus_message_get_type (message) == DBUS_MESSAGE_TYPE_METHOD_CALL)
@@ -700,7 +767,7 @@ member_departed (DBusMcastMember *member,
 
   _dbus_verbose ("dbus-mcast: members departed, %d calls end with NoReply\n", n);
   for (i = 0; i < n; i++)
-    _dbus_hash_table_remove_uintptr (member->pending, ended[i].serial);
+    forget_call (member, ended[i].serial);
   verdict = DBUS_MCAST_KEEP;
 
  out_errors:
@@ -823,6 +890,30 @@ is_no_reply (DBusHeader *header,
          strcmp (name, DBUS_ERROR_NO_REPLY) == 0;
 }
 
+/* The argument of a daemon signal whose body is one u, loaded in
+ * member->scratch from @message.  FALSE if it has another body. */
+static dbus_bool_t
+get_uint32_argument (DBusMcastMember  *member,
+                     const DBusString *message,
+                     int               byte_order,
+                     int               header_len,
+                     int               body_len,
+                     dbus_uint32_t    *argument)
+{
+  const char *signature = NULL;
+
+  if (!_dbus_header_get_field_basic (&member->scratch, DBUS_HEADER_FIELD_SIGNATURE,
+                                     DBUS_TYPE_SIGNATURE, &signature) ||
+      strcmp (signature, DBUS_TYPE_UINT32_AS_STRING) != 0 || body_len != 4)
+    return FALSE;
+
+  *argument = _dbus_unpack_uint32 (byte_order,
+                                   (const unsigned char *)
+                                   _dbus_string_get_const_data_len (message,
+                                                                    header_len, 4));
+  return TRUE;
+}
+
 /* Whether @interface.@member, sent by the bus driver, is the daemon's
  * private signal @name */
 static dbus_bool_t
@@ -838,7 +929,7 @@ is_daemon_signal (const char *interface,
  * Looks at a complete message from the daemon (sender id 0), which is
  * trusted: the Hello reply, the Routed fence signal (consumed), the
  * Departed signal (replaced in @data by the errors it stands for), the
- * Owners signal (consumed), replies.  A message that does not parse is kept: the message loader
+ * Owners and ReplyLimit signals (consumed), replies.  A message that does not parse is kept: the message loader
  * then disconnects, as it would from any daemon sending garbage.
  *
  * @param member the state
@@ -861,8 +952,7 @@ _dbus_mcast_member_from_daemon (DBusMcastMember  *member,
   const char *sender = NULL;
   const char *interface = NULL;
   const char *method = NULL;
-  const char *signature = NULL;
-  dbus_uint32_t reply_serial;
+  dbus_uint32_t reply_serial, argument;
 
   _dbus_string_init_const_len (&message,
                                _dbus_string_get_const_data_len (data, start, len),
@@ -906,19 +996,28 @@ _dbus_mcast_member_from_daemon (DBusMcastMember  *member,
   if (is_daemon_signal (interface, method, DBUS_MCAST_ROUTED))
     {
       /* The fence signal: consumed, never dispatched */
-      if (_dbus_header_get_field_basic (&member->scratch, DBUS_HEADER_FIELD_SIGNATURE,
-                                        DBUS_TYPE_SIGNATURE, &signature) &&
-          strcmp (signature, DBUS_TYPE_UINT32_AS_STRING) == 0 &&
-          body_len == 4 &&
+      if (get_uint32_argument (member, &message, byte_order, header_len,
+                               body_len, &argument) &&
           member->fenced && member->state == STATE_MEMBER &&
-          _dbus_unpack_uint32 (byte_order,
-                               (const unsigned char *)
-                               _dbus_string_get_const_data_len (&message, header_len, 4))
-          == member->fence_serial)
+          argument == member->fence_serial)
         {
           _dbus_verbose ("dbus-mcast: fence down after serial %u\n",
                          member->fence_serial);
           member->fenced = FALSE;
+        }
+      return DBUS_MCAST_DROP;
+    }
+
+  if (is_daemon_signal (interface, method, DBUS_MCAST_REPLY_LIMIT))
+    {
+      /* Read without allocating: a limit cannot be lost */
+      if (get_uint32_argument (member, &message, byte_order, header_len,
+                               body_len, &argument) &&
+          member->state != STATE_NOT_PROMOTED)
+        {
+          _dbus_verbose ("dbus-mcast: at most %u calls awaiting replies\n",
+                         argument);
+          member->reply_limit = argument;
         }
       return DBUS_MCAST_DROP;
     }
@@ -1006,6 +1105,23 @@ _dbus_mcast_group_can_carry (DBusMessage *message)
            _dbus_string_get_length (&message->body);
   return n_fds == 0 && length <= DBUS_SEQPACKET_FRAGMENT_SIZE &&
          _dbus_header_get_byte_order (&message->header) == DBUS_COMPILER_BYTE_ORDER;
+}
+
+/**
+ * Whether a member's message, as the daemon reads it before it writes
+ * SENDER, is a call the member's libdbus found over the bus's reply
+ * limit: one that counts towards max_replies_per_connection and comes
+ * without SENDER, which a member writes into everything else it sends
+ * (_dbus_mcast_member_prepare()).  dbus-daemon refuses it as stock refuses
+ * a call over the limit.
+ *
+ * @param message the message
+ * @returns #TRUE for such a call
+ */
+dbus_bool_t
+_dbus_mcast_is_over_reply_limit (DBusMessage *message)
+{
+  return counts_reply (message) && dbus_message_get_sender (message) == NULL;
 }
 
 /**

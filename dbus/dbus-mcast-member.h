@@ -15,15 +15,17 @@
  *    has been read (the fence), so per-sender order holds across both
  *    paths; a call to the bus driver that changes match rules, names or
  *    monitoring is fenced too, so that it takes effect before anything
- *    sent after it;
+ *    sent after it; a call over the bus's reply limit goes to the daemon
+ *    alone, fenced, for the daemon to refuse;
  *  - for each message from the daemon (kernel sender id 0, trusted): the
  *    Hello reply makes the connection a member and gives its unique name,
  *    the Routed signal lifts the fence and is consumed, replies complete
  *    the calls and AddMatch/RemoveMatch calls they answer, the
  *    Departed signal (a member left) completes the calls it will never
- *    answer with stock's NoReply error, in the signal's place, and the
+ *    answer with stock's NoReply error, in the signal's place, the
  *    Owners signal says who owns the well-known names of its rules'
- *    sender= keys (consumed);
+ *    sender= keys and the ReplyLimit signal how many calls may await
+ *    replies (both consumed);
  *  - for each packet from another member (any other sender id, untrusted;
  *    one that arrives before the Hello reply, which the daemon sends after
  *    admitting us, is looked at after it):
@@ -73,6 +75,17 @@ DBUS_BEGIN_DECLS
  * owners (dbus-match-rule.h); it consumes the signal. */
 #define DBUS_MCAST_OWNERS "Owners"
 #define DBUS_MCAST_OWNERS_SIGNATURE "a(ss)"
+/** The daemon's reply limit signal: dbus-daemon sends it, as it sends
+ * Routed, to a member before the Hello reply and again when a reload
+ * changes max_replies_per_connection, its argument (a u).  Calls between
+ * members do not pass the daemon, so the caller's libdbus counts the
+ * calls it awaits replies to as the daemon counts them; a call over the
+ * limit goes to the daemon alone without SENDER
+ * (_dbus_mcast_is_over_reply_limit()), and the daemon refuses it as
+ * stock refuses a call over the limit.  The member consumes the signal. */
+#define DBUS_MCAST_REPLY_LIMIT "ReplyLimit"
+/** The limit before the daemon said one: none */
+#define DBUS_MCAST_NO_REPLY_LIMIT 0xffffffffu
 /** The text of stock dbus-daemon's NoReply error for a call whose
  * recipient disconnected (bus/connection.c) */
 #define DBUS_MCAST_NO_REPLY_TEXT \
@@ -128,6 +141,8 @@ dbus_bool_t   _dbus_mcast_owners_record     (DBusHashTable *owners,
                                             const char    *owner);
 DBUS_PRIVATE_EXPORT
 dbus_bool_t   _dbus_mcast_is_fenced         (DBusMessage *message);
+DBUS_PRIVATE_EXPORT
+dbus_bool_t   _dbus_mcast_is_over_reply_limit (DBusMessage *message);
 DBUS_PRIVATE_EXPORT
 dbus_uint64_t _dbus_mcast_sender_id_of_name (const char *name);
 

@@ -9,6 +9,7 @@
  *   DBUS_SESSION_BUS_ADDRESS               the test bus: "unixseq:...;unix:..."
  *   DBUS_MCAST_TEST_RESTRICTED_ADDRESS     a bus whose policy has a deny rule
  *   DBUS_MCAST_TEST_LIMITED_ADDRESS        a bus with a small max_outgoing_bytes
+ *   DBUS_MCAST_TEST_REPLIES_ADDRESS        a bus with a small max_replies_per_connection
  *   DBUS_MCAST_TEST_ACTIVATABLE            a name its servicedir can activate
  *   DBUS_MCAST_STAGE                       the staged dbus (for dbus-monitor)
  *
@@ -80,6 +81,8 @@ static const gchar *restricted_address;
 static const gchar *limited_address;
 static const gchar *small_address;
 static const gchar *timed_address;
+/* a bus with a max_replies_per_connection of REPLIES_LIMIT */
+static const gchar *replies_address;
 /* a session bus whose configuration file the tests may edit and reload */
 static const gchar *reloading_address;
 static const gchar *reloading_config;
@@ -735,6 +738,20 @@ assert_echo (DBusMessage *reply,
   g_assert_true (dbus_message_get_args (reply, NULL, DBUS_TYPE_STRING, &got,
                                         DBUS_TYPE_INVALID));
   g_assert_cmpstr (got, ==, text);
+}
+
+/* Stock's error for a call over max_replies_per_connection
+ * (bus/connection.c) */
+static void
+assert_over_reply_limit (DBusMessage *m)
+{
+  const char *text = NULL;
+
+  g_assert_cmpstr (dbus_message_get_error_name (m), ==, DBUS_ERROR_LIMITS_EXCEEDED);
+  g_assert_cmpstr (dbus_message_get_sender (m), ==, DBUS_SERVICE_DBUS);
+  g_assert_true (dbus_message_get_args (m, NULL, DBUS_TYPE_STRING, &text, DBUS_TYPE_INVALID));
+  g_assert_cmpstr (text, ==,
+                   "The maximum number of pending replies per connection has been reached");
 }
 
 /* A method call and its reply from caller to server by unique name */
@@ -3145,6 +3162,82 @@ test_unsolicited_reply (gconstpointer data)
   peer_free (server);
 }
 
+/* Sends m as the raw client without SENDER, to the group or, with
+ * direct, to the daemon alone (SCM_UNIX_DIRECT); returns the serial */
+static dbus_uint32_t
+raw_send_unsigned (Raw         *r,
+                   DBusMessage *m,
+                   gboolean     direct)
+{
+  union
+  {
+    struct cmsghdr align;
+    char buf[CMSG_SPACE (0)];
+  } control;
+  struct iovec iov;
+  struct msghdr msg;
+  struct cmsghdr *cm;
+  char *bytes = NULL;
+  int len;
+
+  dbus_message_set_serial (m, ++r->serial);
+  g_assert_null (dbus_message_get_sender (m));
+  g_assert_true (dbus_message_marshal (m, &bytes, &len));
+  iov.iov_base = bytes;
+  iov.iov_len = len;
+  memset (&msg, 0, sizeof (msg));
+  msg.msg_iov = &iov;
+  msg.msg_iovlen = 1;
+  if (direct)
+    {
+      memset (&control, 0, sizeof (control));
+      msg.msg_control = control.buf;
+      msg.msg_controllen = sizeof (control.buf);
+      cm = CMSG_FIRSTHDR (&msg);
+      cm->cmsg_level = SOL_UNIX;
+      cm->cmsg_type = SCM_UNIX_DIRECT;
+      cm->cmsg_len = CMSG_LEN (0);
+    }
+  g_assert_cmpint (sendmsg (r->fd, &msg, MSG_NOSIGNAL), ==, len);
+  dbus_free (bytes);
+  return r->serial;
+}
+
+/* A call from a hand-made member without SENDER, which our libdbus sends
+ * only to the daemon, for a call over the bus's reply limit.  Sent to the
+ * group, it reaches nobody: the victim drops what is not signed with its
+ * sender's name, so the call it serves next is the raw client's signed
+ * one.  Sent to the daemon, the daemon refuses it as over the limit.
+ * Only its sender is harmed. */
+static void
+test_call_without_sender (gconstpointer data)
+{
+  Peer *victim;
+  DBusMessage *m;
+  Raw *r;
+
+  if (skip_unless_mcast ())
+    return;
+
+  victim = peer_new (PEER_MEMBER);
+  r = raw_new (bus_address);
+  m = new_call (victim->name, "Echo", "unsigned");
+  raw_send_unsigned (r, m, FALSE);
+  raw_roundtrip (r, victim);
+
+  dbus_message_unref (m);
+  m = new_call (victim->name, "Echo", "unsigned, to the daemon");
+  raw_send_unsigned (r, m, TRUE);
+  dbus_message_unref (m);
+  m = raw_wait (r, is_reply_to, GUINT_TO_POINTER (r->serial));
+  assert_over_reply_limit (m);
+  dbus_message_unref (m);
+  raw_roundtrip (r, victim);
+
+  raw_free (r);
+  peer_free (victim);
+}
+
 /* The bus at address does not promote: a hand-made client's
  * NEGOTIATE_MULTICAST is refused, and p, its client, sees no member */
 static void
@@ -3167,6 +3260,22 @@ reload_config (Peer *p)
                                    DBUS_TYPE_INVALID));
 }
 
+/* Writes the reloading bus's configuration @config, with @extra before
+ * its end if not NULL, and has admin reload it */
+static void
+reload_with (Peer        *admin,
+             const gchar *config,
+             const gchar *extra)
+{
+  GString *edited = g_string_new (config);
+
+  if (extra != NULL)
+    g_assert_cmpint (g_string_replace (edited, "</busconfig>", extra, 1), ==, 1);
+  g_assert_true (g_file_set_contents (reloading_config, edited->str, -1, NULL));
+  g_string_free (edited, TRUE);
+  reload_config (admin);
+}
+
 /* A reload that makes the bus stop promoting (a deny rule) after a
  * client agreed to NEGOTIATE_MULTICAST and before its Hello: the client
  * waits for the Hello reply as a member would, so the daemon disconnects
@@ -3175,8 +3284,7 @@ reload_config (Peer *p)
 static void
 test_reload_before_hello (gconstpointer data)
 {
-  gchar *config, *denying;
-  GString *edited;
+  gchar *config;
   Peer *admin;
   GBytes *packet;
   Raw *r;
@@ -3197,13 +3305,9 @@ test_reload_before_hello (gconstpointer data)
   g_assert_true (r->promoted);
 
   g_assert_true (g_file_get_contents (reloading_config, &config, NULL, NULL));
-  edited = g_string_new (config);
-  g_assert_cmpint (g_string_replace (edited, "</busconfig>",
-                                     "<policy context=\"default\"><deny send_interface=\""
-                                     DENIED_IFACE "\"/></policy></busconfig>", 1), ==, 1);
-  denying = g_string_free (edited, FALSE);
-  g_assert_true (g_file_set_contents (reloading_config, denying, -1, NULL));
-  reload_config (admin);
+  reload_with (admin, config,
+               "<policy context=\"default\"><deny send_interface=\""
+               DENIED_IFACE "\"/></policy></busconfig>");
 
   raw_send_hello (r);
   /* no Hello reply, only the end of the connection */
@@ -3221,13 +3325,11 @@ test_reload_before_hello (gconstpointer data)
   g_bytes_unref (packet);
   raw_free (r);
 
-  g_assert_true (g_file_set_contents (reloading_config, config, -1, NULL));
-  reload_config (admin);
+  reload_with (admin, config, NULL);
   r = raw_new (reloading_address);
   g_assert_true (r->promoted);
   raw_free (r);
 
-  g_free (denying);
   g_free (config);
   peer_free (admin);
 }
@@ -3350,6 +3452,202 @@ test_reply_timeout (gconstpointer data)
   g_assert_cmpstr (text, ==, "Message did not receive a reply (timeout by message bus)");
   dbus_message_unref (m);
 
+  peer_free (a);
+  peer_free (b);
+}
+
+/* ---- the reply limit ------------------------------------------------------- */
+
+/* caller calls callee, which holds the call: returns the serial */
+static dbus_uint32_t
+call_held (Peer        *caller,
+           Peer        *callee,
+           const gchar *text,
+           GQueue      *held)
+{
+  DBusMessage *m = new_call (callee->name, "Echo", text);
+  dbus_uint32_t serial = peer_send (caller, m);
+
+  dbus_message_unref (m);
+  g_queue_push_tail (held, peer_wait (callee, is_test_call, NULL));
+  return serial;
+}
+
+/* caller's call to destination, with fd if >= 0, is refused as over the
+ * reply limit */
+static void
+call_refused (Peer        *caller,
+              const gchar *destination,
+              int          fd)
+{
+  DBusMessage *m = new_call (destination, "Echo", "over the limit");
+  dbus_uint32_t serial;
+
+  if (fd >= 0)
+    g_assert_true (dbus_message_append_args (m, DBUS_TYPE_UNIX_FD, &fd, DBUS_TYPE_INVALID));
+  serial = peer_send (caller, m);
+  dbus_message_unref (m);
+  m = peer_wait (caller, is_reply_to, GUINT_TO_POINTER (serial));
+  assert_over_reply_limit (m);
+  dbus_message_unref (m);
+}
+
+/* callee answers the calls it held; caller gets each reply */
+static void
+answer_held (Peer   *caller,
+             Peer   *callee,
+             GQueue *held)
+{
+  DBusMessage *call, *reply;
+
+  while ((call = g_queue_pop_head (held)) != NULL)
+    {
+      reply = dbus_message_new_method_return (call);
+      peer_send (callee, reply);
+      dbus_message_unref (reply);
+      reply = peer_wait (caller, is_reply_to,
+                         GUINT_TO_POINTER (dbus_message_get_serial (call)));
+      g_assert_cmpint (dbus_message_get_type (reply), ==, DBUS_MESSAGE_TYPE_METHOD_RETURN);
+      dbus_message_unref (reply);
+      dbus_message_unref (call);
+    }
+}
+
+/* Must match the max_replies_per_connection test/bus/run gives the
+ * replies bus */
+#define REPLIES_LIMIT 3
+
+/* Upstream's /limits/max-replies-per-connection (which needs a bus of
+ * its own) between two kinds of client: with REPLIES_LIMIT calls awaiting
+ * replies, the caller gets stock's LimitsExceeded from the bus driver for
+ * the next two, which reach nobody; once the callee answers, calls go
+ * through again.  Between members, the calls that go through pass the
+ * group, not the daemon, and the refused ones come to the daemon
+ * straight. */
+static void
+test_max_replies (gconstpointer data)
+{
+  PeerKind kinds[2];
+  GQueue held = G_QUEUE_INIT;
+  gboolean fast;
+  guint64 dispatched = 0, straight = 0;
+  Peer *a, *b;
+  guint i;
+
+  if (replies_address == NULL)
+    {
+      g_test_skip ("DBUS_MCAST_TEST_REPLIES_ADDRESS is not set");
+      return;
+    }
+  parse_kinds (data, kinds, 2);
+  a = peer_new_on (kinds[0], replies_address);
+  b = peer_new_on (kinds[1], replies_address);
+  fast = kernel_has_mcast () && kinds[0] == PEER_MEMBER && kinds[1] == PEER_MEMBER;
+  if (fast)
+    {
+      g_assert_cmpuint (get_stat (a, "MulticastMembers"), >=, 2);
+      dispatched = get_stat (a, "MessagesDispatched");
+    }
+
+  for (i = 0; i < REPLIES_LIMIT; i++)
+    call_held (a, b, "held", &held);
+  if (fast)
+    {
+      assert_nothing_dispatched (a, dispatched);
+      straight = get_stat (a, "MulticastStraightDispatched");
+    }
+
+  for (i = 0; i < 2; i++)
+    call_refused (a, b->name, -1);
+  if (fast)
+    g_assert_cmpuint (get_stat (a, "MulticastStraightDispatched") - straight, ==, 2);
+  assert_nothing_before_fence (a, b);
+
+  answer_held (a, b, &held);
+  echo_roundtrip (a, b, "room again");
+
+  peer_free (a);
+  peer_free (b);
+}
+
+/* A member's calls count together, whoever answers them: with calls
+ * held by a member and by a classic client, the next call to either is
+ * refused (the daemon alone sees one call of the three), a call with an
+ * fd, which goes to the daemon anyway, too; an answer makes room for
+ * one more call to a member. */
+static void
+test_max_replies_mixed (gconstpointer data)
+{
+  GQueue held_by_b = G_QUEUE_INIT, held_by_c = G_QUEUE_INIT;
+  Peer *a, *b, *c;
+  int fds[2];
+
+  if (replies_address == NULL)
+    {
+      g_test_skip ("DBUS_MCAST_TEST_REPLIES_ADDRESS is not set");
+      return;
+    }
+  a = peer_new_on (PEER_MEMBER, replies_address);
+  b = peer_new_on (PEER_MEMBER, replies_address);
+  c = peer_new_on (PEER_CLASSIC, replies_address);
+  g_assert_cmpint (pipe (fds), ==, 0);
+
+  call_held (a, b, "to b", &held_by_b);
+  call_held (a, b, "to b", &held_by_b);
+  call_held (a, c, "to c", &held_by_c);
+  call_refused (a, c->name, -1);
+  call_refused (a, b->name, -1);
+  call_refused (a, b->name, fds[0]);
+  assert_nothing_before_fence (a, b);
+  assert_nothing_before_fence (a, c);
+
+  answer_held (a, c, &held_by_c);
+  call_held (a, b, "to b again", &held_by_b);
+  call_refused (a, b->name, -1);
+  answer_held (a, b, &held_by_b);
+
+  close (fds[0]);
+  close (fds[1]);
+  peer_free (a);
+  peer_free (b);
+  peer_free (c);
+}
+
+/* A reload that lowers max_replies_per_connection holds for calls
+ * between members once the caller has read what the daemon sent it at
+ * the reload (here: before a round trip to the bus driver returns), and
+ * one that raises it again makes room. */
+static void
+test_max_replies_reload (gconstpointer data)
+{
+  GQueue held = G_QUEUE_INIT;
+  gchar *config;
+  Peer *admin, *a, *b;
+
+  if (reloading_address == NULL || reloading_config == NULL)
+    {
+      g_test_skip ("DBUS_MCAST_TEST_RELOADING_ADDRESS is not set");
+      return;
+    }
+  admin = peer_new_on (PEER_CLASSIC, reloading_address);
+  a = peer_new_on (PEER_MEMBER, reloading_address);
+  b = peer_new_on (PEER_MEMBER, reloading_address);
+
+  g_assert_true (g_file_get_contents (reloading_config, &config, NULL, NULL));
+  reload_with (admin, config,
+               "<limit name=\"max_replies_per_connection\">1</limit></busconfig>");
+  peer_sync (a);
+
+  call_held (a, b, "the one", &held);
+  call_refused (a, b->name, -1);
+
+  reload_with (admin, config, NULL);
+  peer_sync (a);
+  call_held (a, b, "room again", &held);
+  answer_held (a, b, &held);
+
+  g_free (config);
+  peer_free (admin);
   peer_free (a);
   peer_free (b);
 }
@@ -3907,6 +4205,9 @@ main (int    argc,
   };
   /* caller-callee; the callee does not read */
   static const gchar *pairs_limits[] = { "member-member", "classic-member", "member-classic" };
+  static const gchar *pairs_replies[] = {
+    "member-member", "member-classic", "member-gdbus", "classic-member"
+  };
   static const gchar *libdbus_pairs[] = {
     "member-member", "member-classic", "classic-member", "classic-classic"
   };
@@ -3920,6 +4221,7 @@ main (int    argc,
   limited_address = g_getenv ("DBUS_MCAST_TEST_LIMITED_ADDRESS");
   small_address = g_getenv ("DBUS_MCAST_TEST_SMALL_ADDRESS");
   timed_address = g_getenv ("DBUS_MCAST_TEST_TIMED_ADDRESS");
+  replies_address = g_getenv ("DBUS_MCAST_TEST_REPLIES_ADDRESS");
   reloading_address = g_getenv ("DBUS_MCAST_TEST_RELOADING_ADDRESS");
   reloading_config = g_getenv ("DBUS_MCAST_TEST_RELOADING_CONFIG");
   activatable_name = g_getenv ("DBUS_MCAST_TEST_ACTIVATABLE");
@@ -4001,6 +4303,11 @@ main (int    argc,
   ADD ("/limits/max-message-size", test_small_messages, NULL);
   ADD ("/limits/reply-timeout", test_reply_timeout, NULL);
   ADD ("/limits/reload-before-hello", test_reload_before_hello, NULL);
+  for (i = 0; i < G_N_ELEMENTS (pairs_replies); i++)
+    ADDF (test_max_replies, pairs_replies[i], "/limits/max-replies/%s", pairs_replies[i]);
+  ADD ("/limits/max-replies-mixed", test_max_replies_mixed, NULL);
+  ADD ("/limits/max-replies-reload", test_max_replies_reload, NULL);
+  ADD ("/security/raw/call-without-sender", test_call_without_sender, NULL);
   for (i = 0; i < G_N_ELEMENTS (triples_stalled); i++)
     ADDF (test_stalled_subscriber, triples_stalled[i], "/isolation/stalled-subscriber/%s",
           triples_stalled[i]);

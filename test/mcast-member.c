@@ -1096,6 +1096,107 @@ test_not_offered (Fixture *f, gconstpointer data)
   assert_no_message (f, f->b, 100);
 }
 
+/* "The daemon" tells A the bus's max_replies_per_connection */
+static void
+send_reply_limit (Fixture       *f,
+                  dbus_uint32_t  limit)
+{
+  DBusMessage *signal = dbus_message_new_signal (DBUS_PATH_DBUS,
+                                                 DBUS_MCAST_INTERFACE,
+                                                 DBUS_MCAST_REPLY_LIMIT);
+
+  driver_message (signal, f->a_name);
+  g_assert_true (dbus_message_append_args (signal, DBUS_TYPE_UINT32, &limit,
+                                           DBUS_TYPE_INVALID));
+  send_flush (f, f->a_srv, signal);
+  dbus_message_unref (signal);
+}
+
+/* A calls B's method, expecting a reply unless no_reply: the serial */
+static dbus_uint32_t
+call_b (Fixture    *f,
+        const char *method,
+        gboolean    no_reply)
+{
+  DBusMessage *m = new_call (f->b_name, method);
+  dbus_uint32_t serial;
+
+  dbus_message_set_no_reply (m, no_reply);
+  g_assert_true (dbus_connection_send (f->a, m, &serial));
+  dbus_message_unref (m);
+  pump (f);
+  return serial;
+}
+
+/* The next message on c that calls method, passing over the others */
+static DBusMessage *
+next_call (Fixture        *f,
+           DBusConnection *c,
+           const char     *method)
+{
+  DBusMessage *m;
+
+  while (!dbus_message_is_method_call (m = next_message (f, c), TEST_IFACE, method))
+    dbus_message_unref (m);
+  return m;
+}
+
+/* With the limit the daemon said, A's calls awaiting replies go to B
+ * through the group up to the limit; the next one goes to the acceptor
+ * alone, without SENDER, and A writes nothing more until its Routed
+ * signal.  A call without reply is not counted.  Once the acceptor
+ * refused the call and B answered one, there is room for one more. */
+static void
+test_reply_limit (Fixture *f, gconstpointer data)
+{
+  DBusMessage *m, *held, *reply;
+  dbus_uint32_t serial;
+
+  if (g_test_failed () || f->a == NULL)
+    return;
+
+  send_reply_limit (f, 2);
+  assert_no_message (f, f->a, 100);
+
+  call_b (f, "First", FALSE);
+  held = next_call (f, f->b, "First");
+  call_b (f, "Second", FALSE);
+  dbus_message_unref (next_call (f, f->b, "Second"));
+  call_b (f, "Uncounted", TRUE);
+  dbus_message_unref (next_call (f, f->b, "Uncounted"));
+
+  serial = call_b (f, "Over", FALSE);
+  m = next_call (f, f->a_srv, "Over");
+  g_assert_null (dbus_message_get_sender (m));
+  call_b (f, "Fenced", TRUE);
+  assert_no_message (f, f->b, 200);
+
+  reply = driver_message (dbus_message_new_error (m, DBUS_ERROR_LIMITS_EXCEEDED,
+                                                  "over the limit"), f->a_name);
+  dbus_message_unref (m);
+  send_flush (f, f->a_srv, reply);
+  dbus_message_unref (reply);
+  send_routed (f, f->a_srv, f->a_name, serial);
+  m = next_message (f, f->a);
+  g_assert_cmpstr (dbus_message_get_error_name (m), ==, DBUS_ERROR_LIMITS_EXCEEDED);
+  g_assert_cmpuint (dbus_message_get_reply_serial (m), ==, serial);
+  dbus_message_unref (m);
+  dbus_message_unref (next_call (f, f->b, "Fenced"));
+
+  reply = dbus_message_new_method_return (held);
+  dbus_message_unref (held);
+  send_flush (f, f->b, reply);
+  dbus_message_unref (reply);
+  m = next_message (f, f->a);
+  g_assert_cmpint (dbus_message_get_type (m), ==, DBUS_MESSAGE_TYPE_METHOD_RETURN);
+  dbus_message_unref (m);
+
+  call_b (f, "Room", FALSE);
+  m = next_call (f, f->b, "Room");
+  g_assert_cmpstr (dbus_message_get_sender (m), ==, f->a_name);
+  dbus_message_unref (m);
+}
+
 int
 main (int argc, char **argv)
 {
@@ -1113,6 +1214,7 @@ main (int argc, char **argv)
   ADD ("/mcast-member/broadcast", test_broadcast, NULL);
   ADD ("/mcast-member/departed", test_departed, NULL);
   ADD ("/mcast-member/owners", test_owners, NULL);
+  ADD ("/mcast-member/reply-limit", test_reply_limit, NULL);
   ADD ("/mcast-member/early-message", test_early_message, NULL);
   ADD ("/mcast-member/not-offered", test_not_offered, "not offered");
 
