@@ -65,7 +65,14 @@ typedef struct
   dbus_uint32_t previous;      /**< the one before, if moved_twice */
   dbus_bool_t moved_twice;
   dbus_bool_t owned_before;    /**< whether a member owned it before last */
+  dbus_bool_t nobody_before;   /**< whether nobody owned it before last */
 } Move;
+
+/* Who owned a well-known name that changed owner since the last commit,
+ * at that commit: the old owner its first NameOwnerChanged since named
+ * (a value of the table of first owners) */
+#define OWNED_AT_COMMIT ((void *) 1)
+#define UNOWNED_AT_COMMIT ((void *) 2)
 
 /* How many commits the daemon keeps the moves of names for: a group
  * copy read later than that is taken to have been sent after them */
@@ -83,6 +90,9 @@ struct BusMcastMembers
   DBusHashTable *owned;        /**< the well-known names members owned at
                                     the last commit (name -> name) */
   DBusHashTable *moves;        /**< name -> Move */
+  /** name -> OWNED_AT_COMMIT or UNOWNED_AT_COMMIT, for the well-known
+   * names that changed owner since the last commit */
+  DBusHashTable *first_owners;
   dbus_bool_t dirty;           /**< some filter may be out of date */
   dbus_bool_t daemon_stale;    /**< daemon_program must be compiled again */
   BusMcastProgram daemon_program; /**< the copy filter of the whole group */
@@ -197,7 +207,9 @@ bus_mcast_members_new (BusContext *context)
   members->context = context;
   members->owned = _dbus_hash_table_new (DBUS_HASH_STRING, dbus_free, NULL);
   members->moves = _dbus_hash_table_new (DBUS_HASH_STRING, dbus_free, dbus_free);
-  if (members->owned == NULL || members->moves == NULL)
+  members->first_owners = _dbus_hash_table_new (DBUS_HASH_STRING, dbus_free, NULL);
+  if (members->owned == NULL || members->moves == NULL ||
+      members->first_owners == NULL)
     {
       bus_mcast_members_free (members);
       return NULL;
@@ -220,6 +232,8 @@ bus_mcast_members_free (BusMcastMembers *members)
     _dbus_hash_table_unref (members->owned);
   if (members->moves != NULL)
     _dbus_hash_table_unref (members->moves);
+  if (members->first_owners != NULL)
+    _dbus_hash_table_unref (members->first_owners);
   dbus_free (members);
   dbus_connection_free_data_slot (&connection_slot);
 }
@@ -800,12 +814,14 @@ commit_before (dbus_uint32_t a,
 }
 
 /* @name went into (@owned_before FALSE) or out of members' hands with
- * the commit just made.  Without memory it is not noted: a group copy
- * read late is then taken for one sent after the change. */
+ * the commit just made; before it, nobody owned it if @nobody_before.
+ * Without memory it is not noted: a group copy read late is then taken
+ * for one sent after the change. */
 static void
 note_move (BusMcastMembers *members,
            const char      *name,
-           dbus_bool_t      owned_before)
+           dbus_bool_t      owned_before,
+           dbus_bool_t      nobody_before)
 {
   Move *move = _dbus_hash_table_lookup_string (members->moves, name);
 
@@ -830,6 +846,7 @@ note_move (BusMcastMembers *members,
 
   move->last = members->commits;
   move->owned_before = owned_before;
+  move->nobody_before = nobody_before;
 }
 
 /* Adds @name, if well-known, to the set @owned */
@@ -873,18 +890,26 @@ note_moves (BusMcastMembers *members)
 
   _dbus_hash_iter_init (owned, &iter);
   while (_dbus_hash_iter_next (&iter))
-    if (_dbus_hash_table_lookup_string (members->owned,
-                                        _dbus_hash_iter_get_string_key (&iter)) == NULL)
-      note_move (members, _dbus_hash_iter_get_string_key (&iter), FALSE);
+    {
+      const char *name = _dbus_hash_iter_get_string_key (&iter);
+
+      if (_dbus_hash_table_lookup_string (members->owned, name) == NULL)
+        note_move (members, name, FALSE,
+                   _dbus_hash_table_lookup_string (members->first_owners, name) ==
+                   UNOWNED_AT_COMMIT);
+    }
 
   _dbus_hash_iter_init (members->owned, &iter);
   while (_dbus_hash_iter_next (&iter))
     if (_dbus_hash_table_lookup_string (owned,
                                         _dbus_hash_iter_get_string_key (&iter)) == NULL)
-      note_move (members, _dbus_hash_iter_get_string_key (&iter), TRUE);
+      note_move (members, _dbus_hash_iter_get_string_key (&iter), TRUE, FALSE);
 
   _dbus_hash_table_unref (members->owned);
   members->owned = owned;
+  _dbus_hash_iter_init (members->first_owners, &iter);
+  while (_dbus_hash_iter_next (&iter))
+    _dbus_hash_iter_remove_entry (&iter);
 
   if (members->commits % MOVES_KEPT_COMMITS != 0)
     return;
@@ -899,23 +924,25 @@ note_moves (BusMcastMembers *members)
     }
 }
 
-/* Whether a member owned the well-known name @name when the group had
- * made @commits commits: the kernel then delivered what was addressed to
+/* Who owned the well-known name @name when the group had made @commits
+ * commits: if a member, the kernel then delivered what was addressed to
  * the name to that member.  For a count older than the moves the daemon
- * keeps, what is true now. */
-dbus_bool_t
-bus_mcast_members_owned_then (BusMcastMembers *members,
+ * keeps, who owns it now (a member, or another). */
+BusMcastOwner
+bus_mcast_members_owner_then (BusMcastMembers *members,
                               const char      *name,
                               dbus_uint32_t    commits)
 {
-  dbus_bool_t now = _dbus_hash_table_lookup_string (members->owned, name) != NULL;
   Move *move = _dbus_hash_table_lookup_string (members->moves, name);
 
   if (move == NULL || !commit_before (commits, move->last) ||
       (move->moved_twice && commit_before (commits, move->previous)))
-    return now;
+    return _dbus_hash_table_lookup_string (members->owned, name) != NULL ?
+           BUS_MCAST_OWNER_MEMBER : BUS_MCAST_OWNER_OTHER;
 
-  return move->owned_before;
+  if (move->owned_before)
+    return BUS_MCAST_OWNER_MEMBER;
+  return move->nobody_before ? BUS_MCAST_OWNER_NONE : BUS_MCAST_OWNER_OTHER;
 }
 
 /* A member whose programs cannot be brought up to date would receive
@@ -1326,9 +1353,11 @@ bus_mcast_members_become_monitor (BusMcastMembers *members,
 
 void
 bus_mcast_members_name_owner_changed (BusMcastMembers *members,
-                                      const char      *name)
+                                      const char      *name,
+                                      const char      *old_owner)
 {
   DBusList *link;
+  char *key;
 
   if (members == NULL)
     return;
@@ -1343,6 +1372,16 @@ bus_mcast_members_name_owner_changed (BusMcastMembers *members,
    * keys name it, compiled as its owner's unique name. */
   if (name[0] == ':')
     return;
+
+  /* Its first change since the last commit says who owned it then
+   * (note_moves()).  Without memory, someone did: a late copy is then
+   * delivered as the name stands when the daemon reads it. */
+  if (_dbus_hash_table_lookup_string (members->first_owners, name) == NULL &&
+      (key = _dbus_strdup (name)) != NULL &&
+      !_dbus_hash_table_insert_string (members->first_owners, key,
+                                       old_owner == NULL || *old_owner == '\0' ?
+                                       UNOWNED_AT_COMMIT : OWNED_AT_COMMIT))
+    dbus_free (key);
 
   for (link = _dbus_list_get_first_link (&members->members);
        link != NULL;

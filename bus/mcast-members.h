@@ -18,8 +18,8 @@
  * name it as sender.  Every program a flush changes is staged and
  * installed with one UNIX_GROUP_COMMIT, so a message sees all of them or
  * none; for group copies the daemon reads after a name moved, it keeps
- * which names went into or out of members' hands at which commit
- * (bus_mcast_members_owned_then()).  A bus without members compiles
+ * which names went into or out of members' hands at which commit, and
+ * whether anyone owned them before (bus_mcast_members_owner_then()).  A bus without members compiles
  * nothing.
  *
  * Copyright (C) 2026 dbus-mcast contributors
@@ -66,10 +66,19 @@ dbus_bool_t      bus_mcast_members_become_monitor (BusMcastMembers   *members,
                                                    dbus_bool_t        selective,
                                                    DBusError         *error);
 void             bus_mcast_members_name_owner_changed (BusMcastMembers *members,
-                                                       const char      *name);
+                                                       const char      *name,
+                                                       const char      *old_owner);
+
+/* Who owned a well-known name when a group copy addressed to it was sent */
+typedef enum
+{
+  BUS_MCAST_OWNER_MEMBER,      /* a member: the kernel delivered the copy to it */
+  BUS_MCAST_OWNER_OTHER,       /* a classic client, or as far as the daemon knows */
+  BUS_MCAST_OWNER_NONE         /* nobody */
+} BusMcastOwner;
 
 void             bus_mcast_members_flush          (BusMcastMembers   *members);
-dbus_bool_t      bus_mcast_members_owned_then     (BusMcastMembers   *members,
+BusMcastOwner    bus_mcast_members_owner_then     (BusMcastMembers   *members,
                                                    const char        *name,
                                                    dbus_uint32_t      commits);
 

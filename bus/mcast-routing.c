@@ -20,6 +20,7 @@
 #include <dbus/dbus-seqpacket-io.h>
 #include <dbus/dbus-sysdeps.h>
 #include <dbus/dbus-timeout.h>
+#include "activation.h"
 #include "connection.h"
 #include "mcast-members.h"
 #include "mcast-observer.h"
@@ -517,16 +518,60 @@ bus_mcast_routing_delivered_by_kernel (DBusConnection *recipient,
 
   /* Addressed to a name that moved since it was sent: the kernel
    * delivered it by name if a member owned the name then, whoever owns
-   * it now (bus_mcast_members_owned_then()) */
+   * it now (bus_mcast_members_owner_then()) */
   if (arrival == ARRIVED_FROM_GROUP &&
       _dbus_seqpacket_message_get_commits (message, &commits) &&
       owns_destination (recipient, message))
-    return bus_mcast_members_owned_then (
+    return bus_mcast_members_owner_then (
         bus_context_get_mcast_members (bus_connection_get_context (recipient)),
-        dbus_message_get_destination (message), commits);
+        dbus_message_get_destination (message), commits) == BUS_MCAST_OWNER_MEMBER;
 
   return (arrival == ARRIVED_FROM_GROUP || arrival == ARRIVED_OBSERVED) &&
          bus_mcast_members_gets_group_traffic (recipient);
+}
+
+/* Whether a service file names @name (without memory, taken to) */
+static dbus_bool_t
+is_activatable (BusContext *context,
+                const char *name)
+{
+  dbus_bool_t found = FALSE;
+  char **names;
+  int n, i;
+
+  if (!bus_activation_list_services (bus_context_get_activation (context),
+                                     &names, &n))
+    return TRUE;
+
+  for (i = 0; i < n && !found; i++)
+    found = strcmp (names[i], name) == 0;
+  dbus_free_string_array (names);
+  return found;
+}
+
+dbus_bool_t
+bus_mcast_routing_unowned_when_sent (DBusConnection *sender,
+                                     DBusMessage    *message)
+{
+  BusContext *context = bus_connection_get_context (sender);
+  const char *destination = dbus_message_get_destination (message);
+  dbus_uint32_t commits;
+
+  /* A copy sent before a member took the name reached only us; the
+   * sender's later messages to the name reached the member at once.
+   * Stock reads a message to a name nobody owns before the sender's
+   * next one and answers it with an error, which keeps the order. */
+  if (arrival_slot < 0 || arrival_of (message) != ARRIVED_FROM_GROUP ||
+      !_dbus_seqpacket_message_get_commits (message, &commits) ||
+      destination == NULL || destination[0] == ':' ||
+      bus_mcast_members_owner_then (bus_context_get_mcast_members (context),
+                                    destination, commits) != BUS_MCAST_OWNER_NONE)
+    return FALSE;
+
+  /* One that may start a service would start it again: stock would have
+   * held it for the activation, and delivered it to the new owner */
+  return !dbus_message_get_auto_start (message) ||
+         !is_activatable (context, destination);
 }
 
 dbus_bool_t

@@ -58,6 +58,8 @@ dbus_bool_t      bus_mcast_routing_received            (BusMcastRouting *routing
 dbus_bool_t      bus_mcast_routing_observed            (DBusMessage     *message);
 dbus_bool_t      bus_mcast_routing_delivered_by_kernel (DBusConnection  *recipient,
                                                         DBusMessage     *message);
+dbus_bool_t      bus_mcast_routing_unowned_when_sent   (DBusConnection  *sender,
+                                                        DBusMessage     *message);
 dbus_bool_t      bus_mcast_routing_over_reply_limit    (DBusMessage     *message);
 void             bus_mcast_routing_hand_over           (DBusMessage     *message);
 DBusMessage     *bus_mcast_routing_for_recipient       (DBusConnection  *recipient,

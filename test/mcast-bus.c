@@ -1369,9 +1369,11 @@ test_hand_over (gconstpointer data)
 /* A member calls a well-known name nobody owns while another member
  * requests it: every call gets exactly one answer, the new owner's reply
  * or stock's ServiceUnknown, as a stock daemon answers each call as the
- * name stood when it read it.  The daemon may read a call only after the
+ * name stood when it read it, and the new owner gets the calls in the
+ * order they were sent.  The daemon may read a call only after the
  * name moved to the member: it must not take it for one the kernel
- * delivered (design.md, "To a member"). */
+ * delivered (design.md, "To a member"), nor deliver it behind the
+ * caller's later calls, which the kernel delivered at once. */
 static void
 test_hand_over_from_nobody (gconstpointer data)
 {
@@ -1385,7 +1387,7 @@ test_hand_over_from_nobody (gconstpointer data)
 
   for (round = 0; round < ROUNDS; round++)
     {
-      dbus_uint32_t flags = 0;
+      dbus_uint32_t flags = 0, last = 0;
       guint left = BURST;
       gint64 deadline = g_get_monotonic_time () + TIMEOUT_US / 2;
 
@@ -1397,8 +1399,11 @@ test_hand_over_from_nobody (gconstpointer data)
       peer_send (service, m);
       dbus_message_unref (m);
 
+      /* Half while the name moves, half once it has */
       for (i = 0; i < BURST; i++)
         {
+          if (i == BURST / 2)
+            expect_name_signal (service, "NameAcquired", name);
           m = new_call (name, "Echo", "arriving");
           g_hash_table_add (answered, GUINT_TO_POINTER (peer_send (caller, m)));
           dbus_message_unref (m);
@@ -1410,12 +1415,16 @@ test_hand_over_from_nobody (gconstpointer data)
             g_error ("round %u: %u calls to a name being requested got no answer",
                      round, left);
 
-          while ((m = peer_receive (service, 0)) != NULL)
+          while ((m = peer_pop (service, 0)) != NULL)
             {
               if (is_test_call (m, NULL))
                 {
                   DBusMessage *reply = dbus_message_new_method_return (m);
 
+                  if (dbus_message_get_serial (m) < last)
+                    g_error ("round %u: call %u reached the new owner after call %u",
+                             round, dbus_message_get_serial (m), last);
+                  last = dbus_message_get_serial (m);
                   peer_send (service, reply);
                   dbus_message_unref (reply);
                 }
@@ -1451,6 +1460,7 @@ test_hand_over_from_nobody (gconstpointer data)
 
       g_assert_cmpuint (request_or_release (service, "ReleaseName", name), ==,
                         DBUS_RELEASE_NAME_REPLY_RELEASED);
+      expect_name_signal (service, "NameLost", name);
     }
 
   /* No second answer came late */
