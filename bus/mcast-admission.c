@@ -23,6 +23,7 @@
 #include "apparmor.h"
 #include "connection.h"
 #include "mcast-observer.h"
+#include "mcast-routing.h"
 #include "mcast-spill.h"
 #include "selinux.h"
 #include "utils.h"
@@ -35,23 +36,9 @@ new_reply_limit (DBusConnection *connection)
 {
   int limit = bus_context_get_max_replies_per_connection (
       bus_connection_get_context (connection));
-  dbus_uint32_t value = limit > 0 ? (dbus_uint32_t) limit : 0;
-  DBusMessage *signal;
 
-  signal = dbus_message_new_signal (DBUS_PATH_DBUS, DBUS_MCAST_INTERFACE,
-                                    DBUS_MCAST_REPLY_LIMIT);
-  if (signal == NULL)
-    return NULL;
-
-  if (dbus_message_set_sender (signal, DBUS_SERVICE_DBUS) &&
-      dbus_message_set_destination (signal,
-                                    bus_connection_get_name (connection)) &&
-      dbus_message_append_args (signal, DBUS_TYPE_UINT32, &value,
-                                DBUS_TYPE_INVALID))
-    return signal;
-
-  dbus_message_unref (signal);
-  return NULL;
+  return bus_mcast_routing_new_signal (connection, DBUS_MCAST_REPLY_LIMIT,
+                                       limit > 0 ? (dbus_uint32_t) limit : 0);
 }
 
 /* Sends member @connection the ReplyLimit signal @signal, behind the

@@ -100,6 +100,29 @@ is_fenced (DBusMessage *message)
   return waits_for_fence (arrival_of (message), message);
 }
 
+DBusMessage *
+bus_mcast_routing_new_signal (DBusConnection *recipient,
+                              const char     *member,
+                              dbus_uint32_t   argument)
+{
+  DBusMessage *signal;
+
+  signal = dbus_message_new_signal (DBUS_PATH_DBUS, DBUS_MCAST_INTERFACE,
+                                    member);
+  if (signal == NULL)
+    return NULL;
+
+  if (dbus_message_set_sender (signal, DBUS_SERVICE_DBUS) &&
+      dbus_message_set_destination (signal,
+                                    bus_connection_get_name (recipient)) &&
+      dbus_message_append_args (signal, DBUS_TYPE_UINT32, &argument,
+                                DBUS_TYPE_INVALID))
+    return signal;
+
+  dbus_message_unref (signal);
+  return NULL;
+}
+
 static void
 send_fence (Fence *fence)
 {
@@ -110,14 +133,9 @@ send_fence (Fence *fence)
 
   /* The sender writes nothing until its fence arrives: wait for memory
    * rather than leave it stuck. */
-  while ((signal = dbus_message_new_signal (DBUS_PATH_DBUS,
-                                            DBUS_MCAST_INTERFACE,
-                                            DBUS_MCAST_ROUTED)) == NULL ||
-         !dbus_message_set_sender (signal, DBUS_SERVICE_DBUS) ||
-         !dbus_message_set_destination (signal,
-                                        bus_connection_get_name (fence->sender)) ||
-         !dbus_message_append_args (signal, DBUS_TYPE_UINT32, &fence->serial,
-                                    DBUS_TYPE_INVALID) ||
+  while ((signal = bus_mcast_routing_new_signal (fence->sender,
+                                                 DBUS_MCAST_ROUTED,
+                                                 fence->serial)) == NULL ||
          !dbus_connection_send (fence->sender, signal, NULL))
     {
       if (signal != NULL)

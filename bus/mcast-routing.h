@@ -58,6 +58,12 @@ dbus_bool_t      bus_mcast_routing_received            (BusMcastRouting *routing
 dbus_bool_t      bus_mcast_routing_observed            (DBusMessage     *message);
 dbus_bool_t      bus_mcast_routing_delivered_by_kernel (DBusConnection  *recipient,
                                                         DBusMessage     *message);
+/* One of the daemon's private signals whose body is one u (Routed,
+ * ReplyLimit; dbus-mcast-member.h) for member @recipient.  NULL if no
+ * memory. */
+DBusMessage     *bus_mcast_routing_new_signal          (DBusConnection  *recipient,
+                                                        const char      *member,
+                                                        dbus_uint32_t    argument);
 dbus_bool_t      bus_mcast_routing_unowned_when_sent   (DBusConnection  *sender,
                                                         DBusMessage     *message);
 dbus_bool_t      bus_mcast_routing_over_reply_limit    (DBusMessage     *message);

@@ -195,6 +195,25 @@ driver_message (DBusMessage *m, const char *destination)
   return m;
 }
 
+/* "The daemon" sends the client named name, on its end srv, its private
+ * signal member with the one argument argument */
+static void
+send_daemon_signal (Fixture        *f,
+                    DBusConnection *srv,
+                    const char     *name,
+                    const char     *member,
+                    dbus_uint32_t   argument)
+{
+  DBusMessage *signal = dbus_message_new_signal (DBUS_PATH_DBUS,
+                                                 DBUS_MCAST_INTERFACE, member);
+
+  driver_message (signal, name);
+  g_assert_true (dbus_message_append_args (signal, DBUS_TYPE_UINT32, &argument,
+                                           DBUS_TYPE_INVALID));
+  send_flush (f, srv, signal);
+  dbus_message_unref (signal);
+}
+
 /* "The daemon" tells the client named name, on its end srv, that its
  * message with this serial is routed */
 static void
@@ -203,15 +222,7 @@ send_routed (Fixture        *f,
              const char     *name,
              dbus_uint32_t   serial)
 {
-  DBusMessage *routed = dbus_message_new_signal (DBUS_PATH_DBUS,
-                                                 DBUS_MCAST_INTERFACE,
-                                                 DBUS_MCAST_ROUTED);
-
-  driver_message (routed, name);
-  g_assert_true (dbus_message_append_args (routed, DBUS_TYPE_UINT32, &serial,
-                                           DBUS_TYPE_INVALID));
-  send_flush (f, srv, routed);
-  dbus_message_unref (routed);
+  send_daemon_signal (f, srv, name, DBUS_MCAST_ROUTED, serial);
 }
 
 /* Opens a libdbus client; with promote, the acceptor admits it as
@@ -1096,22 +1107,6 @@ test_not_offered (Fixture *f, gconstpointer data)
   assert_no_message (f, f->b, 100);
 }
 
-/* "The daemon" tells A the bus's max_replies_per_connection */
-static void
-send_reply_limit (Fixture       *f,
-                  dbus_uint32_t  limit)
-{
-  DBusMessage *signal = dbus_message_new_signal (DBUS_PATH_DBUS,
-                                                 DBUS_MCAST_INTERFACE,
-                                                 DBUS_MCAST_REPLY_LIMIT);
-
-  driver_message (signal, f->a_name);
-  g_assert_true (dbus_message_append_args (signal, DBUS_TYPE_UINT32, &limit,
-                                           DBUS_TYPE_INVALID));
-  send_flush (f, f->a_srv, signal);
-  dbus_message_unref (signal);
-}
-
 /* A calls B's method, expecting a reply unless no_reply: the serial */
 static dbus_uint32_t
 call_b (Fixture    *f,
@@ -1155,7 +1150,7 @@ test_reply_limit (Fixture *f, gconstpointer data)
   if (g_test_failed () || f->a == NULL)
     return;
 
-  send_reply_limit (f, 2);
+  send_daemon_signal (f, f->a_srv, f->a_name, DBUS_MCAST_REPLY_LIMIT, 2);
   assert_no_message (f, f->a, 100);
 
   call_b (f, "First", FALSE);
