@@ -65,14 +65,10 @@ typedef struct
   dbus_uint32_t previous;      /**< the one before, if moved_twice */
   dbus_bool_t moved_twice;
   dbus_bool_t owned_before;    /**< whether a member owned it before last */
-  dbus_bool_t nobody_before;   /**< whether nobody owned it before last */
+  /** If not: the unique name of who did ("" for nobody), or NULL if
+   * unknown (no memory) */
+  char *other_before;
 } Move;
-
-/* Who owned a well-known name that changed owner since the last commit,
- * at that commit: the old owner its first NameOwnerChanged since named
- * (a value of the table of first owners) */
-#define OWNED_AT_COMMIT ((void *) 1)
-#define UNOWNED_AT_COMMIT ((void *) 2)
 
 /* How many commits the daemon keeps the moves of names for: a group
  * copy read later than that is taken to have been sent after them */
@@ -90,9 +86,11 @@ struct BusMcastMembers
   DBusHashTable *owned;        /**< the well-known names members owned at
                                     the last commit (name -> name) */
   DBusHashTable *moves;        /**< name -> Move */
-  /** name -> OWNED_AT_COMMIT or UNOWNED_AT_COMMIT, for the well-known
-   * names that changed owner since the last commit */
-  DBusHashTable *first_owners;
+  /** name -> the unique name of the last owner it had that is not a
+   * member ("" for nobody), for the well-known names that changed owner
+   * since the last commit: the old owner of their last NameOwnerChanged
+   * whose old owner was not a member */
+  DBusHashTable *last_others;
   dbus_bool_t dirty;           /**< some filter may be out of date */
   dbus_bool_t daemon_stale;    /**< daemon_program must be compiled again */
   BusMcastProgram daemon_program; /**< the copy filter of the whole group */
@@ -189,6 +187,19 @@ mark_stale (BusMcastMembers    *members,
   members->dirty = TRUE;
 }
 
+static void
+move_free (void *data)
+{
+  Move *move = data;
+
+  /* The hash table frees the NULL value of an entry just created */
+  if (move == NULL)
+    return;
+
+  dbus_free (move->other_before);
+  dbus_free (move);
+}
+
 BusMcastMembers *
 bus_mcast_members_new (BusContext *context)
 {
@@ -206,10 +217,10 @@ bus_mcast_members_new (BusContext *context)
 
   members->context = context;
   members->owned = _dbus_hash_table_new (DBUS_HASH_STRING, dbus_free, NULL);
-  members->moves = _dbus_hash_table_new (DBUS_HASH_STRING, dbus_free, dbus_free);
-  members->first_owners = _dbus_hash_table_new (DBUS_HASH_STRING, dbus_free, NULL);
+  members->moves = _dbus_hash_table_new (DBUS_HASH_STRING, dbus_free, move_free);
+  members->last_others = _dbus_hash_table_new (DBUS_HASH_STRING, dbus_free, dbus_free);
   if (members->owned == NULL || members->moves == NULL ||
-      members->first_owners == NULL)
+      members->last_others == NULL)
     {
       bus_mcast_members_free (members);
       return NULL;
@@ -232,8 +243,8 @@ bus_mcast_members_free (BusMcastMembers *members)
     _dbus_hash_table_unref (members->owned);
   if (members->moves != NULL)
     _dbus_hash_table_unref (members->moves);
-  if (members->first_owners != NULL)
-    _dbus_hash_table_unref (members->first_owners);
+  if (members->last_others != NULL)
+    _dbus_hash_table_unref (members->last_others);
   dbus_free (members);
   dbus_connection_free_data_slot (&connection_slot);
 }
@@ -814,14 +825,14 @@ commit_before (dbus_uint32_t a,
 }
 
 /* @name went into (@owned_before FALSE) or out of members' hands with
- * the commit just made; before it, nobody owned it if @nobody_before.
- * Without memory it is not noted: a group copy read late is then taken
- * for one sent after the change. */
+ * the commit just made; before it, if not a member, @other_before owned
+ * it ("" for nobody, NULL if unknown).  Without memory it is not noted:
+ * a group copy read late is then taken for one sent after the change. */
 static void
 note_move (BusMcastMembers *members,
            const char      *name,
            dbus_bool_t      owned_before,
-           dbus_bool_t      nobody_before)
+           const char      *other_before)
 {
   Move *move = _dbus_hash_table_lookup_string (members->moves, name);
 
@@ -846,7 +857,8 @@ note_move (BusMcastMembers *members,
 
   move->last = members->commits;
   move->owned_before = owned_before;
-  move->nobody_before = nobody_before;
+  dbus_free (move->other_before);
+  move->other_before = _dbus_strdup (other_before);
 }
 
 /* Adds @name, if well-known, to the set @owned */
@@ -895,19 +907,18 @@ note_moves (BusMcastMembers *members)
 
       if (_dbus_hash_table_lookup_string (members->owned, name) == NULL)
         note_move (members, name, FALSE,
-                   _dbus_hash_table_lookup_string (members->first_owners, name) ==
-                   UNOWNED_AT_COMMIT);
+                   _dbus_hash_table_lookup_string (members->last_others, name));
     }
 
   _dbus_hash_iter_init (members->owned, &iter);
   while (_dbus_hash_iter_next (&iter))
     if (_dbus_hash_table_lookup_string (owned,
                                         _dbus_hash_iter_get_string_key (&iter)) == NULL)
-      note_move (members, _dbus_hash_iter_get_string_key (&iter), TRUE, FALSE);
+      note_move (members, _dbus_hash_iter_get_string_key (&iter), TRUE, NULL);
 
   _dbus_hash_table_unref (members->owned);
   members->owned = owned;
-  _dbus_hash_iter_init (members->first_owners, &iter);
+  _dbus_hash_iter_init (members->last_others, &iter);
   while (_dbus_hash_iter_next (&iter))
     _dbus_hash_iter_remove_entry (&iter);
 
@@ -931,10 +942,12 @@ note_moves (BusMcastMembers *members)
 BusMcastOwner
 bus_mcast_members_owner_then (BusMcastMembers *members,
                               const char      *name,
-                              dbus_uint32_t    commits)
+                              dbus_uint32_t    commits,
+                              const char     **other)
 {
   Move *move = _dbus_hash_table_lookup_string (members->moves, name);
 
+  *other = NULL;
   if (move == NULL || !commit_before (commits, move->last) ||
       (move->moved_twice && commit_before (commits, move->previous)))
     return _dbus_hash_table_lookup_string (members->owned, name) != NULL ?
@@ -942,7 +955,10 @@ bus_mcast_members_owner_then (BusMcastMembers *members,
 
   if (move->owned_before)
     return BUS_MCAST_OWNER_MEMBER;
-  return move->nobody_before ? BUS_MCAST_OWNER_NONE : BUS_MCAST_OWNER_OTHER;
+  if (move->other_before != NULL && move->other_before[0] == '\0')
+    return BUS_MCAST_OWNER_NONE;
+  *other = move->other_before;
+  return BUS_MCAST_OWNER_OTHER;
 }
 
 /* A member whose programs cannot be brought up to date would receive
@@ -1351,6 +1367,23 @@ bus_mcast_members_become_monitor (BusMcastMembers *members,
   return TRUE;
 }
 
+/* Whether the unique name @name (or nobody: NULL, "") is a member */
+static dbus_bool_t
+is_member_name (BusMcastMembers *members,
+                const char      *name)
+{
+  BusService *service;
+  DBusString str;
+
+  if (name == NULL || name[0] == '\0')
+    return FALSE;
+
+  _dbus_string_init_const (&str, name);
+  service = bus_registry_lookup (bus_context_get_registry (members->context), &str);
+  return service != NULL &&
+         bus_mcast_members_is_member (bus_service_get_primary_owners_connection (service));
+}
+
 void
 bus_mcast_members_name_owner_changed (BusMcastMembers *members,
                                       const char      *name,
@@ -1373,15 +1406,24 @@ bus_mcast_members_name_owner_changed (BusMcastMembers *members,
   if (name[0] == ':')
     return;
 
-  /* Its first change since the last commit says who owned it then
-   * (note_moves()).  Without memory, someone did: a late copy is then
-   * delivered as the name stands when the daemon reads it. */
-  if (_dbus_hash_table_lookup_string (members->first_owners, name) == NULL &&
-      (key = _dbus_strdup (name)) != NULL &&
-      !_dbus_hash_table_insert_string (members->first_owners, key,
-                                       old_owner == NULL || *old_owner == '\0' ?
-                                       UNOWNED_AT_COMMIT : OWNED_AT_COMMIT))
-    dbus_free (key);
+  /* A message sent before the name went into a member's hands was for
+   * the last owner it had that was not a member: a stock daemon could
+   * have read it just before (note_moves()).  Without memory, that is
+   * unknown: a late copy is then delivered as the name stands when the
+   * daemon reads it. */
+  if (!is_member_name (members, old_owner))
+    {
+      char *owner = _dbus_strdup (old_owner != NULL ? old_owner : "");
+
+      key = _dbus_strdup (name);
+      if (key == NULL || owner == NULL ||
+          !_dbus_hash_table_insert_string (members->last_others, key, owner))
+        {
+          dbus_free (key);
+          dbus_free (owner);
+          _dbus_hash_table_remove_string (members->last_others, name);
+        }
+    }
 
   for (link = _dbus_list_get_first_link (&members->members);
        link != NULL;

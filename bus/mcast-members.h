@@ -19,8 +19,8 @@
  * installed with one UNIX_GROUP_COMMIT, so a message sees all of them or
  * none; for group copies the daemon reads after a name moved, it keeps
  * which names went into or out of members' hands at which commit, and
- * whether anyone owned them before (bus_mcast_members_owner_then()).  A bus without members compiles
- * nothing.
+ * who owned them before if not a member (bus_mcast_members_owner_then()).
+ * A bus without members compiles nothing.
  *
  * Copyright (C) 2026 dbus-mcast contributors
  * SPDX-License-Identifier: AFL-2.1 OR GPL-2.0-or-later
@@ -73,13 +73,15 @@ void             bus_mcast_members_name_owner_changed (BusMcastMembers *members,
 typedef enum
 {
   BUS_MCAST_OWNER_MEMBER,      /* a member: the kernel delivered the copy to it */
-  BUS_MCAST_OWNER_OTHER,       /* a classic client, or as far as the daemon knows */
+  BUS_MCAST_OWNER_OTHER,       /* a classic client (*other, if known), or as
+                                  far as the daemon knows */
   BUS_MCAST_OWNER_NONE         /* nobody */
 } BusMcastOwner;
 
 void             bus_mcast_members_flush          (BusMcastMembers   *members);
 BusMcastOwner    bus_mcast_members_owner_then     (BusMcastMembers   *members,
                                                    const char        *name,
-                                                   dbus_uint32_t      commits);
+                                                   dbus_uint32_t      commits,
+                                                   const char       **other);
 
 #endif /* BUS_MCAST_MEMBERS_H */

@@ -26,6 +26,7 @@
 #include "mcast-observer.h"
 #include "mcast-spill.h"
 #include "services.h"
+#include "utils.h"
 
 /* How a message from a member reached the daemon, in a message data slot. */
 typedef enum
@@ -540,9 +541,14 @@ bus_mcast_routing_delivered_by_kernel (DBusConnection *recipient,
   if (arrival == ARRIVED_FROM_GROUP &&
       _dbus_seqpacket_message_get_commits (message, &commits) &&
       owns_destination (recipient, message))
-    return bus_mcast_members_owner_then (
-        bus_context_get_mcast_members (bus_connection_get_context (recipient)),
-        dbus_message_get_destination (message), commits) == BUS_MCAST_OWNER_MEMBER;
+    {
+      const char *other;
+
+      return bus_mcast_members_owner_then (
+          bus_context_get_mcast_members (bus_connection_get_context (recipient)),
+          dbus_message_get_destination (message), commits, &other) ==
+        BUS_MCAST_OWNER_MEMBER;
+    }
 
   return (arrival == ARRIVED_FROM_GROUP || arrival == ARRIVED_OBSERVED) &&
          bus_mcast_members_gets_group_traffic (recipient);
@@ -568,28 +574,72 @@ is_activatable (BusContext *context,
 }
 
 dbus_bool_t
-bus_mcast_routing_unowned_when_sent (DBusConnection *sender,
-                                     DBusMessage    *message)
+bus_mcast_routing_route_as_sent (BusTransaction *transaction,
+                                 DBusConnection *sender,
+                                 DBusMessage    *message,
+                                 BusService    **service,
+                                 DBusError      *error)
 {
   BusContext *context = bus_connection_get_context (sender);
   const char *destination = dbus_message_get_destination (message);
+  const char *other;
   dbus_uint32_t commits;
+  DBusString name;
 
   /* A copy sent before a member took the name reached only us; the
    * sender's later messages to the name reached the member at once.
-   * Stock reads a message to a name nobody owns before the sender's
-   * next one and answers it with an error, which keeps the order. */
-  if (arrival_slot < 0 || arrival_of (message) != ARRIVED_FROM_GROUP ||
+   * Stock reads the message before the sender's next one, while the
+   * name was still where it stood when it was sent, which keeps the
+   * order. */
+  if (*service == NULL || arrival_slot < 0 ||
+      arrival_of (message) != ARRIVED_FROM_GROUP ||
       !_dbus_seqpacket_message_get_commits (message, &commits) ||
-      destination == NULL || destination[0] == ':' ||
-      bus_mcast_members_owner_then (bus_context_get_mcast_members (context),
-                                    destination, commits) != BUS_MCAST_OWNER_NONE)
-    return FALSE;
+      destination[0] == ':')
+    return TRUE;
 
-  /* One that may start a service would start it again: stock would have
-   * held it for the activation, and delivered it to the new owner */
-  return !dbus_message_get_auto_start (message) ||
-         !is_activatable (context, destination);
+  switch (bus_mcast_members_owner_then (bus_context_get_mcast_members (context),
+                                        destination, commits, &other))
+    {
+    case BUS_MCAST_OWNER_NONE:
+      /* Answered as to a name nobody owns, unless it may start a
+       * service, which would then start again: stock would have held it
+       * for the activation, and delivered it to the new owner */
+      if (!dbus_message_get_auto_start (message) ||
+          !is_activatable (context, destination))
+        *service = NULL;
+      return TRUE;
+
+    case BUS_MCAST_OWNER_OTHER:
+      if (other == NULL)
+        return TRUE;
+      break;
+
+    case BUS_MCAST_OWNER_MEMBER:
+    default:
+      return TRUE;
+    }
+
+  /* A classic client owned it: it gets the message even if it has let
+   * the name go since */
+  _dbus_string_init_const (&name, other);
+  *service = bus_registry_lookup (bus_connection_get_registry (sender), &name);
+  if (*service != NULL)
+    return TRUE;
+
+  /* and if it has gone, stock would have answered a call to it with
+   * NoReply when it left */
+  if (!bus_transaction_capture (transaction, sender, NULL, message))
+    {
+      BUS_SET_OOM (error);
+      return FALSE;
+    }
+
+  if (dbus_message_get_type (message) == DBUS_MESSAGE_TYPE_METHOD_CALL &&
+      !dbus_message_get_no_reply (message))
+    dbus_set_error_const (error, DBUS_ERROR_NO_REPLY,
+                          "Message recipient disconnected from message bus "
+                          "without replying");
+  return FALSE;
 }
 
 dbus_bool_t

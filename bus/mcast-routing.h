@@ -64,8 +64,17 @@ dbus_bool_t      bus_mcast_routing_delivered_by_kernel (DBusConnection  *recipie
 DBusMessage     *bus_mcast_routing_new_signal          (DBusConnection  *recipient,
                                                         const char      *member,
                                                         dbus_uint32_t    argument);
-dbus_bool_t      bus_mcast_routing_unowned_when_sent   (DBusConnection  *sender,
-                                                        DBusMessage     *message);
+/* A member's message to the well-known name of @service, read after the
+ * name went into a member's hands: routed as the name stood when it was
+ * sent (to nobody, @service then NULL, or to the classic client that
+ * owned it).  FALSE if that client has gone since: the message is
+ * captured for monitors and needs no delivery; @error is then set to
+ * stock's NoReply for a call that wants a reply (or without memory). */
+dbus_bool_t      bus_mcast_routing_route_as_sent       (BusTransaction  *transaction,
+                                                        DBusConnection  *sender,
+                                                        DBusMessage     *message,
+                                                        BusService     **service,
+                                                        DBusError       *error);
 dbus_bool_t      bus_mcast_routing_over_reply_limit    (DBusMessage     *message);
 void             bus_mcast_routing_hand_over           (DBusMessage     *message);
 DBusMessage     *bus_mcast_routing_for_recipient       (DBusConnection  *recipient,

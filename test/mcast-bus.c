@@ -1263,8 +1263,8 @@ test_names (gconstpointer data)
   peer_free (observer);
 }
 
-/* Sends a driver call about @name from p without waiting for its reply;
- * returns its serial */
+/* Sends a driver call about @name (RequestName without flags,
+ * ReleaseName) from p without waiting for its reply; returns its serial */
 static dbus_uint32_t
 name_call_async (Peer        *p,
                  const gchar *method,
@@ -1272,10 +1272,13 @@ name_call_async (Peer        *p,
 {
   DBusMessage *call = dbus_message_new_method_call (DBUS_SERVICE_DBUS, DBUS_PATH_DBUS,
                                                     DBUS_INTERFACE_DBUS, method);
-  dbus_uint32_t serial;
+  dbus_uint32_t serial, flags = 0;
 
   g_assert_true (dbus_message_append_args (call, DBUS_TYPE_STRING, &name,
                                            DBUS_TYPE_INVALID));
+  if (strcmp (method, "RequestName") == 0)
+    g_assert_true (dbus_message_append_args (call, DBUS_TYPE_UINT32, &flags,
+                                             DBUS_TYPE_INVALID));
   serial = peer_send (p, call);
   dbus_message_unref (call);
   return serial;
@@ -1366,6 +1369,125 @@ test_hand_over (gconstpointer data)
   peer_free (owners[0]);
 }
 
+/* Serves the test calls that reach @old (a classic client that owned the
+ * name, or NULL) and @heir (the member taking it) with empty replies,
+ * until the caller has one answer to each call in @calls.  A stock
+ * daemon reads the caller's calls in order and routes each as the name
+ * stands then, so every call @heir answers comes after every call
+ * answered otherwise (by @old, or with the error @error), and @heir gets
+ * them in order.  Counts the answers by @heir and the others. */
+static void
+answer_moving_calls (Peer        *caller,
+                     Peer        *old,
+                     Peer        *heir,
+                     GHashTable  *calls,
+                     const gchar *error,
+                     guint       *by_heir,
+                     guint       *by_others)
+{
+  gint64 deadline = g_get_monotonic_time () + TIMEOUT_US / 2;
+  dbus_uint32_t heir_last = 0, heir_first = G_MAXUINT32, others_last = 0;
+  Peer *servers[] = { heir, old };
+  DBusMessage *m;
+  guint i;
+
+  while (g_hash_table_size (calls) > 0)
+    {
+      dbus_uint32_t serial;
+
+      if (g_get_monotonic_time () > deadline)
+        g_error ("%u calls to a moving name got no answer",
+                 g_hash_table_size (calls));
+
+      for (i = 0; i < G_N_ELEMENTS (servers) && servers[i] != NULL; i++)
+        while ((m = peer_pop (servers[i], 0)) != NULL)
+          {
+            if (is_test_call (m, NULL))
+              {
+                DBusMessage *reply = dbus_message_new_method_return (m);
+
+                if (servers[i] == heir && dbus_message_get_serial (m) < heir_last)
+                  g_error ("call %u reached the new owner after call %u",
+                           dbus_message_get_serial (m), heir_last);
+                if (servers[i] == heir)
+                  heir_last = dbus_message_get_serial (m);
+                peer_send (servers[i], reply);
+                dbus_message_unref (reply);
+              }
+            dbus_message_unref (m);
+          }
+
+      m = peer_receive (caller, 10);
+      if (m == NULL)
+        continue;
+      serial = dbus_message_get_reply_serial (m);
+      if (serial == 0)
+        {
+          dbus_message_unref (m); /* NameAcquired of its unique name */
+          continue;
+        }
+      if (!g_hash_table_remove (calls, GUINT_TO_POINTER (serial)))
+        g_error ("a second answer to call %u, from %s", serial,
+                 dbus_message_get_sender (m));
+      if (dbus_message_get_type (m) == DBUS_MESSAGE_TYPE_ERROR)
+        g_assert_cmpstr (dbus_message_get_error_name (m), ==, error);
+      else if (old == NULL || strcmp (dbus_message_get_sender (m), old->name) != 0)
+        g_assert_cmpstr (dbus_message_get_sender (m), ==, heir->name);
+
+      if (g_strcmp0 (dbus_message_get_sender (m), heir->name) == 0)
+        {
+          heir_first = MIN (heir_first, serial);
+          (*by_heir)++;
+        }
+      else
+        {
+          others_last = MAX (others_last, serial);
+          (*by_others)++;
+        }
+      dbus_message_unref (m);
+    }
+
+  if (others_last > heir_first)
+    g_error ("call %u was answered by the new owner, call %u after it was not",
+             heir_first, others_last);
+}
+
+/* Sends BURST calls to name from caller, in @calls, half of them before
+ * heir has the name, half once it has */
+static void
+call_moving_name (Peer        *caller,
+                  Peer        *heir,
+                  const gchar *name,
+                  GHashTable  *calls,
+                  guint        burst)
+{
+  guint i;
+
+  for (i = 0; i < burst; i++)
+    {
+      DBusMessage *m = new_call (name, "Echo", "moving");
+
+      if (i == burst / 2)
+        expect_name_signal (heir, "NameAcquired", name);
+      g_hash_table_add (calls, GUINT_TO_POINTER (peer_send (caller, m)));
+      dbus_message_unref (m);
+    }
+}
+
+/* No second answer to a call of the caller came late */
+static void
+assert_no_late_answer (Peer *caller)
+{
+  DBusMessage *m;
+
+  peer_sync (caller);
+  while ((m = g_queue_pop_head (&caller->stash)) != NULL)
+    {
+      g_assert_cmpuint (dbus_message_get_reply_serial (m), ==, 0);
+      dbus_message_unref (m);
+    }
+}
+
 /* A member calls a well-known name nobody owns while another member
  * requests it: every call gets exactly one answer, the new owner's reply
  * or stock's ServiceUnknown, as a stock daemon answers each call as the
@@ -1381,102 +1503,82 @@ test_hand_over_from_nobody (gconstpointer data)
   const gchar *name = "org.dbusmcast.BusTest.Arriving";
   Peer *service = peer_new (PEER_MEMBER);
   Peer *caller = peer_new (PEER_MEMBER);
-  GHashTable *answered = g_hash_table_new (NULL, NULL);
-  guint by_service = 0, unknown = 0, round, i;
-  DBusMessage *m;
+  GHashTable *calls = g_hash_table_new (NULL, NULL);
+  guint by_service = 0, unknown = 0, round;
 
   for (round = 0; round < ROUNDS; round++)
     {
-      dbus_uint32_t flags = 0, last = 0;
-      guint left = BURST;
-      gint64 deadline = g_get_monotonic_time () + TIMEOUT_US / 2;
-
-      m = dbus_message_new_method_call (DBUS_SERVICE_DBUS, DBUS_PATH_DBUS,
-                                        DBUS_INTERFACE_DBUS, "RequestName");
-      g_assert_true (dbus_message_append_args (m, DBUS_TYPE_STRING, &name,
-                                               DBUS_TYPE_UINT32, &flags,
-                                               DBUS_TYPE_INVALID));
-      peer_send (service, m);
-      dbus_message_unref (m);
-
-      /* Half while the name moves, half once it has */
-      for (i = 0; i < BURST; i++)
-        {
-          if (i == BURST / 2)
-            expect_name_signal (service, "NameAcquired", name);
-          m = new_call (name, "Echo", "arriving");
-          g_hash_table_add (answered, GUINT_TO_POINTER (peer_send (caller, m)));
-          dbus_message_unref (m);
-        }
-
-      while (left > 0)
-        {
-          if (g_get_monotonic_time () > deadline)
-            g_error ("round %u: %u calls to a name being requested got no answer",
-                     round, left);
-
-          while ((m = peer_pop (service, 0)) != NULL)
-            {
-              if (is_test_call (m, NULL))
-                {
-                  DBusMessage *reply = dbus_message_new_method_return (m);
-
-                  if (dbus_message_get_serial (m) < last)
-                    g_error ("round %u: call %u reached the new owner after call %u",
-                             round, dbus_message_get_serial (m), last);
-                  last = dbus_message_get_serial (m);
-                  peer_send (service, reply);
-                  dbus_message_unref (reply);
-                }
-              dbus_message_unref (m);
-            }
-
-          m = peer_receive (caller, 10);
-          if (m == NULL)
-            continue;
-          if (dbus_message_get_reply_serial (m) == 0)
-            {
-              dbus_message_unref (m); /* NameAcquired of its unique name */
-              continue;
-            }
-          if (!g_hash_table_remove (answered,
-                                    GUINT_TO_POINTER (dbus_message_get_reply_serial (m))))
-            g_error ("a second answer to call %u, from %s",
-                     dbus_message_get_reply_serial (m), dbus_message_get_sender (m));
-          if (dbus_message_get_type (m) == DBUS_MESSAGE_TYPE_ERROR)
-            {
-              g_assert_cmpstr (dbus_message_get_error_name (m), ==,
-                               DBUS_ERROR_SERVICE_UNKNOWN);
-              unknown++;
-            }
-          else
-            {
-              g_assert_cmpstr (dbus_message_get_sender (m), ==, service->name);
-              by_service++;
-            }
-          dbus_message_unref (m);
-          left--;
-        }
-
+      g_test_message ("round %u", round);
+      name_call_async (service, "RequestName", name);
+      call_moving_name (caller, service, name, calls, BURST);
+      answer_moving_calls (caller, NULL, service, calls,
+                           DBUS_ERROR_SERVICE_UNKNOWN, &by_service, &unknown);
       g_assert_cmpuint (request_or_release (service, "ReleaseName", name), ==,
                         DBUS_RELEASE_NAME_REPLY_RELEASED);
       expect_name_signal (service, "NameLost", name);
     }
 
-  /* No second answer came late */
-  peer_sync (caller);
-  while ((m = g_queue_pop_head (&caller->stash)) != NULL)
-    {
-      g_assert_cmpuint (dbus_message_get_reply_serial (m), ==, 0);
-      dbus_message_unref (m);
-    }
+  assert_no_late_answer (caller);
   g_test_message ("%u calls answered by the new owner, %u with ServiceUnknown",
                   by_service, unknown);
   g_assert_cmpuint (by_service + unknown, ==, ROUNDS * BURST);
 
-  g_hash_table_unref (answered);
+  g_hash_table_unref (calls);
   peer_free (caller);
   peer_free (service);
+}
+
+/* A member calls a well-known name a classic client owns while the
+ * client lets it go (data "release") or disconnects ("leave") and a
+ * queued member gets it: the calls the daemon reads only after the move
+ * go to the classic client, as stock read them before the move, or get
+ * stock's NoReply if it has left; none reaches the member behind the
+ * caller's later calls, which the kernel delivered at once. */
+static void
+test_hand_over_from_classic (gconstpointer data)
+{
+  enum { ROUNDS = 20, BURST = 10 };
+  const gchar *name = "org.dbusmcast.BusTest.LeavingClassic";
+  gboolean leave = g_strcmp0 (data, "leave") == 0;
+  Peer *heir = peer_new (PEER_MEMBER);
+  Peer *caller = peer_new (PEER_MEMBER);
+  GHashTable *calls = g_hash_table_new (NULL, NULL);
+  guint by_heir = 0, by_others = 0, round;
+
+  for (round = 0; round < ROUNDS; round++)
+    {
+      Peer *owner = peer_new (PEER_CLASSIC);
+
+      g_test_message ("round %u", round);
+      g_assert_cmpuint (request_or_release (owner, "RequestName", name), ==,
+                        DBUS_REQUEST_NAME_REPLY_PRIMARY_OWNER);
+      g_assert_cmpuint (request_or_release (heir, "RequestName", name), ==,
+                        DBUS_REQUEST_NAME_REPLY_IN_QUEUE);
+      if (leave)
+        g_clear_pointer (&owner, peer_free);
+      else
+        name_call_async (owner, "ReleaseName", name);
+
+      call_moving_name (caller, heir, name, calls, BURST);
+      answer_moving_calls (caller, owner, heir, calls,
+                           leave ? DBUS_ERROR_NO_REPLY : NULL,
+                           &by_heir, &by_others);
+      if (owner != NULL)
+        peer_free (owner);
+      g_assert_cmpuint (request_or_release (heir, "ReleaseName", name), ==,
+                        DBUS_RELEASE_NAME_REPLY_RELEASED);
+      expect_name_signal (heir, "NameLost", name);
+    }
+
+  assert_no_late_answer (caller);
+  g_test_message ("%u calls answered by the new owner, %u %s",
+                  by_heir, by_others,
+                  leave ? "with NoReply" : "by the old one");
+  g_assert_cmpuint (by_heir + by_others, ==, ROUNDS * BURST);
+
+  g_hash_table_unref (calls);
+  peer_free (caller);
+  peer_free (heir);
 }
 
 /* ---- activation ---------------------------------------------------------- */
@@ -4275,6 +4377,8 @@ main (int    argc,
   ADD ("/names/recompile", test_names_recompile, NULL);
   ADD ("/names/hand-over/members", test_hand_over, NULL);
   ADD ("/names/hand-over/from-nobody", test_hand_over_from_nobody, NULL);
+  ADD ("/names/hand-over/from-classic/release", test_hand_over_from_classic, "release");
+  ADD ("/names/hand-over/from-classic/leave", test_hand_over_from_classic, "leave");
   ADD ("/no-reply/disconnect/monitored/member-member", test_no_reply_monitored,
        "member-member");
   ADD ("/no-reply/disconnect/together", test_no_reply_together, NULL);
