@@ -666,9 +666,12 @@ bus_mcast_routing_for_recipient (DBusConnection *recipient,
   if (!is_fenced (message))
     return dbus_message_ref (message);
 
+  /* The copy keeps the sender's serial: dbus_message_copy() resets it,
+   * and the recipient's connection would give it one of the daemon's */
   copy = dbus_message_copy (message);
   if (copy == NULL)
     return NULL;
+  dbus_message_set_serial (copy, dbus_message_get_serial (message));
 
   /* Classic recipients get everything through the daemon, in order.  A
    * member's group copies wait behind this one at the daemon until it is

@@ -1723,6 +1723,7 @@ test_fd_passing (gconstpointer data)
   Peer *sender, *receiver;
   int pipe_fds[2];
   DBusMessage *m;
+  dbus_uint32_t serial;
 
   g_assert_cmpuint (parse_kinds (data, kinds, 2), ==, 2);
   sender = peer_new (kinds[0]);
@@ -1742,6 +1743,20 @@ test_fd_passing (gconstpointer data)
   /* the daemon path leaves the fast path working */
   echo_roundtrip (sender, receiver, "after fd");
   echo_roundtrip (receiver, sender, "after fd, back");
+
+  /* a call with an fd keeps its serial through the daemon: the reply
+   * answers it */
+  m = new_call (receiver->name, "Echo", "fd call");
+  g_assert_true (dbus_message_append_args (m, DBUS_TYPE_UNIX_FD, &pipe_fds[0],
+                                           DBUS_TYPE_INVALID));
+  serial = peer_send (sender, m);
+  dbus_message_unref (m);
+  m = serve_one (receiver);
+  g_assert_cmpuint (dbus_message_get_serial (m), ==, serial);
+  dbus_message_unref (m);
+  m = peer_wait (sender, is_reply_to, GUINT_TO_POINTER (serial));
+  assert_echo (m, "fd call");
+  dbus_message_unref (m);
   close (pipe_fds[0]);
   peer_free (sender);
   peer_free (receiver);
