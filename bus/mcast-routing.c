@@ -636,9 +636,7 @@ bus_mcast_routing_route_as_sent (BusTransaction *transaction,
 
   if (dbus_message_get_type (message) == DBUS_MESSAGE_TYPE_METHOD_CALL &&
       !dbus_message_get_no_reply (message))
-    dbus_set_error_const (error, DBUS_ERROR_NO_REPLY,
-                          "Message recipient disconnected from message bus "
-                          "without replying");
+    dbus_set_error_const (error, DBUS_ERROR_NO_REPLY, DBUS_MCAST_NO_REPLY_TEXT);
   return FALSE;
 }
 
