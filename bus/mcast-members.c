@@ -541,6 +541,8 @@ stage_program (DBusConnection        *connection,
       return FALSE;
     }
 
+  /* Zeroed: the kernel copies the padding after len too */
+  _DBUS_ZERO (fprog);
   fprog.len = program->len;
   fprog.filter = program->insns;
   if (setsockopt (fd, SOL_UNIX, option, &fprog, sizeof (fprog)) < 0)

@@ -13,6 +13,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <stdio.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/un.h>
@@ -143,8 +144,9 @@ callee_free (void *data)
 /* Remembers @message, a call from @caller (a unique name) to the member
  * @recipient, until its reply or its callee's departure.  Beyond the
  * bus's max_replies_per_connection calls in all, the monitors will not
- * see the NoReply error of the rest. */
-static void
+ * see the NoReply error of the rest.  FALSE if no memory (the call is not
+ * remembered; the callee's entry may be there already). */
+static dbus_bool_t
 call_made (BusMcastObserver *observer,
            const char       *caller,
            DBusConnection   *recipient,
@@ -155,7 +157,7 @@ call_made (BusMcastObserver *observer,
   Call *call;
 
   if (observer->n_calls >= bus_context_get_max_replies_per_connection (observer->context))
-    return;
+    return TRUE;
 
   callee = _dbus_hash_table_lookup_string (observer->callees, name);
   if (callee == NULL)
@@ -168,21 +170,22 @@ call_made (BusMcastObserver *observer,
         {
           dbus_free (key);
           dbus_free (callee);
-          return;
+          return FALSE;
         }
     }
 
   call = dbus_new0 (Call, 1);
   if (call == NULL)
-    return;
+    return FALSE;
   call->caller = _dbus_strdup (caller);
   call->serial = dbus_message_get_serial (message);
   if (call->caller == NULL || !_dbus_list_append (&callee->calls, call))
     {
       call_free (call);
-      return;
+      return FALSE;
     }
   observer->n_calls += 1;
+  return TRUE;
 }
 
 /* @message, from the member @sender, answers a call it was made */
@@ -277,8 +280,9 @@ owner_of (BusMcastObserver *observer,
 
 /* Shows @message, from @sender (NULL: the bus driver) to
  * @addressed_recipient (NULL: none or the driver), to the monitors the
- * daemon serves, as dispatch shows them a message */
-static void
+ * daemon serves, as dispatch shows them a message.  FALSE if no memory
+ * (nobody was shown it). */
+static dbus_bool_t
 show_monitors (BusMcastObserver *observer,
                DBusConnection   *sender,
                DBusConnection   *addressed_recipient,
@@ -287,17 +291,22 @@ show_monitors (BusMcastObserver *observer,
   BusTransaction *transaction = bus_transaction_new (observer->context);
 
   if (transaction == NULL)
-    return;
+    return FALSE;
 
-  if (bus_transaction_capture (transaction, sender, addressed_recipient,
-                               message))
-    bus_transaction_execute_and_free (transaction);
-  else
-    bus_transaction_cancel_and_free (transaction);
+  if (!bus_transaction_capture (transaction, sender, addressed_recipient,
+                                message))
+    {
+      bus_transaction_cancel_and_free (transaction);
+      return FALSE;
+    }
+
+  bus_transaction_execute_and_free (transaction);
+  return TRUE;
 }
 
 /* Shows @message, a group message of the member with kernel id
- * @sender_id, to the monitors the daemon serves, as dispatch would have */
+ * @sender_id, to the monitors the daemon serves, as dispatch would have.
+ * Monitors see every message of the group: each step waits for memory. */
 static void
 forward (BusMcastObserver *observer,
          dbus_uint64_t     sender_id,
@@ -305,22 +314,18 @@ forward (BusMcastObserver *observer,
 {
   DBusConnection *addressed_recipient = NULL;
   const char *destination;
-  DBusString name;
+  char name[sizeof (":4294967295.4294967295")];
 
   /* What the daemon routes as it came straight, monitors see from there */
   if (!bus_mcast_routing_observed (message))
     return;
 
-  if (!_dbus_string_init (&name))
-    return;
-
   /* As dispatch writes it: the sender's own name, whatever it claimed */
-  if (!_dbus_string_append_printf (&name, ":%u.%u",
-                                   (unsigned int) (sender_id >> 32),
-                                   (unsigned int) (sender_id & 0xffffffffu)) ||
-      !dbus_message_set_sender (message, _dbus_string_get_const_data (&name)) ||
-      !dbus_message_set_container_instance (message, NULL))
-    goto out;
+  snprintf (name, sizeof (name), ":%u.%u", (unsigned int) (sender_id >> 32),
+            (unsigned int) (sender_id & 0xffffffffu));
+  while (!dbus_message_set_sender (message, name) ||
+         !dbus_message_set_container_instance (message, NULL))
+    _dbus_wait_for_memory ();
 
   destination = dbus_message_get_destination (message);
   if (destination != NULL && strcmp (destination, DBUS_SERVICE_DBUS) != 0)
@@ -331,23 +336,22 @@ forward (BusMcastObserver *observer,
     case DBUS_MESSAGE_TYPE_METHOD_CALL:
       if (!dbus_message_get_no_reply (message) && addressed_recipient != NULL &&
           bus_mcast_members_is_member (addressed_recipient))
-        call_made (observer, _dbus_string_get_const_data (&name),
-                   addressed_recipient, message);
+        {
+          while (!call_made (observer, name, addressed_recipient, message))
+            _dbus_wait_for_memory ();
+        }
       break;
     case DBUS_MESSAGE_TYPE_METHOD_RETURN:
     case DBUS_MESSAGE_TYPE_ERROR:
-      call_answered (observer, _dbus_string_get_const_data (&name), message);
+      call_answered (observer, name, message);
       break;
     default:
       break;
     }
 
-  show_monitors (observer,
-                 owner_of (observer, _dbus_string_get_const_data (&name)),
-                 addressed_recipient, message);
-
- out:
-  _dbus_string_free (&name);
+  while (!show_monitors (observer, owner_of (observer, name),
+                         addressed_recipient, message))
+    _dbus_wait_for_memory ();
 }
 
 /* Reads and forwards one packet from @fd, the daemon's member or (with
@@ -360,6 +364,7 @@ read_one (Group      *group,
   BusMcastObserver *observer = group->observer;
   DBusSeqpacketDiverted copy = { 0, 0, FALSE };
   dbus_uint64_t sender_id = 0;
+  DBusMcastVerdict verdict;
   DBusMessage *message;
   int len;
 
@@ -374,8 +379,11 @@ read_one (Group      *group,
   if (copy.seq != 0)
     group->last_seq = copy.seq;
 
-  if (_dbus_mcast_load_packet (sender_id, &observer->packet, 0, len,
-                               &message) != DBUS_MCAST_KEEP)
+  while ((verdict = _dbus_mcast_load_packet (sender_id, &observer->packet,
+                                             0, len, &message)) ==
+         DBUS_MCAST_NO_MEMORY)
+    _dbus_wait_for_memory ();
+  if (verdict != DBUS_MCAST_KEEP)
     return TRUE;
 
   forward (observer, sender_id, message);
@@ -455,8 +463,12 @@ set_peer_filter (Group       *group,
 {
   struct sock_filter all[] = { BPF_STMT (BPF_RET | BPF_K, 0xffffffff) };
   struct sock_filter none[] = { BPF_STMT (BPF_RET | BPF_K, 0) };
-  struct sock_fprog prog = { 1, open ? all : none };
+  struct sock_fprog prog;
 
+  /* Zeroed: the kernel copies the padding after len too */
+  _DBUS_ZERO (prog);
+  prog.len = 1;
+  prog.filter = open ? all : none;
   if (setsockopt (group->acceptor.fd, SOL_UNIX, UNIX_PEER_FILTER, &prog,
                   sizeof (prog)) == 0)
     return TRUE;
@@ -752,11 +764,13 @@ show_no_reply (BusMcastObserver *observer,
   if (caller == NULL)
     return; /* the caller left too: stock drops the call */
 
-  error = _dbus_mcast_no_reply_new (call->caller, call->serial);
-  if (error == NULL)
-    return;
+  /* The daemon sends nothing without showing it: it waits for memory,
+   * as for its own member's packets (read_one()) */
+  while ((error = _dbus_mcast_no_reply_new (call->caller, call->serial)) == NULL)
+    _dbus_wait_for_memory ();
 
-  show_monitors (observer, NULL, caller, error);
+  while (!show_monitors (observer, NULL, caller, error))
+    _dbus_wait_for_memory ();
   dbus_message_unref (error);
 }
 

@@ -677,36 +677,43 @@ append_no_reply (DBusMcastMember *member,
 }
 
 /* Loads the daemon's private signal @member (DBUS_MCAST_DEPARTED or
- * DBUS_MCAST_OWNERS), at @start in @data, @len bytes, if it has
- * @signature.  NULL, logged, if it does not load (or no memory). */
-static DBusMessage *
-load_daemon_signal (DBusString *data,
-                    int         start,
-                    int         len,
-                    const char *member,
-                    const char *signature)
+ * DBUS_MCAST_OWNERS), at @start in @data, @len bytes, into @signal if it
+ * has @signature: #DBUS_MCAST_KEEP; #DBUS_MCAST_DROP, logged, if it does
+ * not load; #DBUS_MCAST_NO_MEMORY. */
+static DBusMcastVerdict
+load_daemon_signal (DBusString   *data,
+                    int           start,
+                    int           len,
+                    const char   *member,
+                    const char   *signature,
+                    DBusMessage **signal)
 {
   DBusError error = DBUS_ERROR_INIT;
-  DBusMessage *signal;
 
-  signal = dbus_message_demarshal (_dbus_string_get_const_data_len (data, start, len),
-                                   len, &error);
-  if (signal != NULL && dbus_message_has_signature (signal, signature))
-    return signal;
+  *signal = dbus_message_demarshal (_dbus_string_get_const_data_len (data, start, len),
+                                    len, &error);
+  if (*signal != NULL && dbus_message_has_signature (*signal, signature))
+    return DBUS_MCAST_KEEP;
+
+  if (*signal == NULL && dbus_error_has_name (&error, DBUS_ERROR_NO_MEMORY))
+    {
+      dbus_error_free (&error);
+      return DBUS_MCAST_NO_MEMORY;
+    }
 
   _dbus_verbose ("dbus-mcast: cannot read a %s signal (%s)\n", member,
-                 signal == NULL ? error.message : "signature");
+                 *signal == NULL ? error.message : "signature");
   dbus_error_free (&error);
-  if (signal != NULL)
-    dbus_message_unref (signal);
-  return NULL;
+  if (*signal != NULL)
+    dbus_message_unref (*signal);
+  *signal = NULL;
+  return DBUS_MCAST_DROP;
 }
 
 /* The daemon's Departed signal, at @start in @data, @len bytes: replaced
  * there by stock's NoReply error for each call of ours the departed
- * members will never answer.  Without memory nothing changes and the
- * signal is dropped: the calls then end with the application's own
- * timeout. */
+ * members will never answer.  Without memory nothing changes
+ * (#DBUS_MCAST_NO_MEMORY: the caller tries again later). */
 static DBusMcastVerdict
 member_departed (DBusMcastMember *member,
                  DBusString      *data,
@@ -718,14 +725,15 @@ member_departed (DBusMcastMember *member,
   Ended *ended = NULL;
   DBusString errors;
   DBusHashIter iter;
-  DBusMcastVerdict verdict = DBUS_MCAST_DROP;
+  DBusMcastVerdict verdict;
   int n = 0, i;
 
-  signal = load_daemon_signal (data, start, len, DBUS_MCAST_DEPARTED,
-                               DBUS_MCAST_DEPARTED_SIGNATURE);
-  if (signal == NULL)
-    goto out;
+  verdict = load_daemon_signal (data, start, len, DBUS_MCAST_DEPARTED,
+                                DBUS_MCAST_DEPARTED_SIGNATURE, &signal);
+  if (verdict != DBUS_MCAST_KEEP)
+    return verdict;
 
+  verdict = DBUS_MCAST_NO_MEMORY;
   ended = dbus_new (Ended, _dbus_hash_table_get_n_entries (member->pending) + 1);
   if (ended == NULL)
     goto out;
@@ -773,11 +781,10 @@ member_departed (DBusMcastMember *member,
  out_errors:
   _dbus_string_free (&errors);
  out:
-  if (verdict != DBUS_MCAST_KEEP && ended != NULL)
+  if (verdict != DBUS_MCAST_KEEP)
     _dbus_verbose ("dbus-mcast: no memory for the NoReply errors of a departure\n");
   dbus_free (ended);
-  if (signal != NULL)
-    dbus_message_unref (signal);
+  dbus_message_unref (signal);
   return verdict;
 }
 
@@ -836,9 +843,12 @@ record_owner (DBusMcastMember *member,
 
 /* The daemon's Owners signal, at @start in @data, @len bytes: the new
  * owners of the well-known names our rules' sender= keys name.  Consumed.
- * Without memory every owner is forgotten, so that no sender= key naming
- * a well-known name matches until the next Owners signal: a broadcast is
- * lost rather than one from a former owner accepted. */
+ * Without memory it is read again later (#DBUS_MCAST_NO_MEMORY; entries
+ * recorded meanwhile are recorded again, and no group packet is checked
+ * in between).  One that does not load makes every owner forgotten, so
+ * that no sender= key naming a well-known name matches until the next
+ * Owners signal: a broadcast is lost rather than one from a former owner
+ * accepted. */
 static DBusMcastVerdict
 member_owners (DBusMcastMember *member,
                DBusString      *data,
@@ -847,31 +857,35 @@ member_owners (DBusMcastMember *member,
 {
   DBusMessage *signal;
   DBusMessageIter args, entries;
-  dbus_bool_t ok;
+  DBusMcastVerdict verdict;
 
-  signal = load_daemon_signal (data, start, len, DBUS_MCAST_OWNERS,
-                               DBUS_MCAST_OWNERS_SIGNATURE);
-  ok = signal != NULL;
-  if (ok)
-    {
-      dbus_message_iter_init (signal, &args);
-      dbus_message_iter_recurse (&args, &entries);
-      while (ok && dbus_message_iter_get_arg_type (&entries) == DBUS_TYPE_STRUCT)
-        {
-          ok = record_owner (member, &entries);
-          dbus_message_iter_next (&entries);
-        }
-    }
+  verdict = load_daemon_signal (data, start, len, DBUS_MCAST_OWNERS,
+                                DBUS_MCAST_OWNERS_SIGNATURE, &signal);
+  if (verdict == DBUS_MCAST_NO_MEMORY)
+    return verdict;
 
-  if (!ok)
+  if (verdict == DBUS_MCAST_DROP)
     {
       _dbus_verbose ("dbus-mcast: owners of sender= names forgotten\n");
       _dbus_hash_table_remove_all (member->owners);
+      return DBUS_MCAST_DROP;
     }
 
-  if (signal != NULL)
-    dbus_message_unref (signal);
-  return DBUS_MCAST_DROP;
+  dbus_message_iter_init (signal, &args);
+  dbus_message_iter_recurse (&args, &entries);
+  verdict = DBUS_MCAST_DROP;
+  while (dbus_message_iter_get_arg_type (&entries) == DBUS_TYPE_STRUCT)
+    {
+      if (!record_owner (member, &entries))
+        {
+          verdict = DBUS_MCAST_NO_MEMORY;
+          break;
+        }
+      dbus_message_iter_next (&entries);
+    }
+
+  dbus_message_unref (signal);
+  return verdict;
 }
 
 /* Whether @header, of a message of @type from @sender, is the daemon's
@@ -929,15 +943,17 @@ is_daemon_signal (const char *interface,
  * Looks at a complete message from the daemon (sender id 0), which is
  * trusted: the Hello reply, the Routed fence signal (consumed), the
  * Departed signal (replaced in @data by the errors it stands for), the
- * Owners and ReplyLimit signals (consumed), replies.  A message that does not parse is kept: the message loader
- * then disconnects, as it would from any daemon sending garbage.
+ * Owners and ReplyLimit signals (consumed), replies.  A message that
+ * does not parse is kept: the message loader then disconnects, as it
+ * would from any daemon sending garbage.
  *
  * @param member the state
  * @param data the buffer holding the message
  * @param start where it starts
  * @param len its length
  * @returns what to do with it (with #DBUS_MCAST_KEEP, what is at @start
- *   in @data now)
+ *   in @data now; with #DBUS_MCAST_NO_MEMORY, as much as was done may be
+ *   done again: call again for the same message)
  */
 DBusMcastVerdict
 _dbus_mcast_member_from_daemon (DBusMcastMember  *member,

@@ -15,6 +15,7 @@
 #include "dbus-list.h"
 #include "dbus-marshal-basic.h"
 #include "dbus-mcast-member.h"
+#include "dbus-message-internal.h"
 #include "dbus-mcast-uapi.h"
 #include "dbus-protocol.h"
 #include "dbus-shared.h"
@@ -51,8 +52,21 @@ struct DBusSeqpacketFraming
   DBusList *deferred;
   /** For a member: the message of the group packet just read, as its
    * check loaded it; for the daemon: a diverted copy or a group copy
-   * just read.  The transport queues it instead of the bytes. */
+   * just read.  _dbus_seqpacket_place_pending() queues it instead of the
+   * bytes. */
   DBusMessage *checked;
+  /** A packet read but not placed for lack of memory: its bytes stay in
+   * the loader's buffer from pending_start on, which is neither parsed
+   * nor read into until _dbus_seqpacket_place_pending() has placed them;
+   * -1 if none */
+  int pending_start;
+  /** Length of the pending packet (for a long message from the daemon,
+   * of the whole message) */
+  int pending_len;
+  /** Kernel id of the pending packet's sender, 0 for the daemon */
+  dbus_uint64_t pending_sender_id;
+  /** For the daemon: the pending packet is this diverted copy (seq not 0) */
+  DBusSeqpacketDiverted pending_diverted;
   /** The daemon's end: the kernel sender id the message being written
    * goes out under (a diverted copy written back), or 0 */
   dbus_uint64_t forward_id;
@@ -89,7 +103,10 @@ _dbus_seqpacket_framing_new (dbus_bool_t server)
   DBusSeqpacketFraming *framing = dbus_new0 (DBusSeqpacketFraming, 1);
 
   if (framing != NULL)
-    framing->server = server;
+    {
+      framing->server = server;
+      framing->pending_start = -1;
+    }
 
   return framing;
 }
@@ -582,9 +599,48 @@ check_framing (DBusSeqpacketFraming *framing,
   return NULL;
 }
 
-/* Keeps a group packet (at start in buffer, which it leaves) until the
- * Hello reply */
+/* Leaves the packet at start in buffer, len bytes, where it is, to be
+ * placed by _dbus_seqpacket_place_pending() once there is memory: what
+ * ran out of memory changed nothing, and runs again then.  Stock libdbus
+ * likewise keeps bytes it has no memory to load in its buffer. */
 static void
+keep_pending (DBusSeqpacketFraming        *framing,
+              int                          start,
+              int                          len,
+              dbus_uint64_t                sender_id,
+              const DBusSeqpacketDiverted *diverted)
+{
+  _dbus_verbose ("dbus-mcast: no memory to place a %d-byte packet, kept\n",
+                 len);
+  framing->pending_start = start;
+  framing->pending_len = len;
+  framing->pending_sender_id = sender_id;
+  if (diverted != NULL)
+    framing->pending_diverted = *diverted;
+  else
+    framing->pending_diverted.seq = 0;
+}
+
+/* Whether group packets kept until the Hello reply are still to be
+ * replayed (the replay ran out of memory) */
+static dbus_bool_t
+replay_owed (DBusSeqpacketFraming *framing)
+{
+  return framing->deferred != NULL &&
+         !_dbus_mcast_member_waits_for_hello (framing->member);
+}
+
+/* Whether something read is not placed yet: nothing is read behind it */
+static dbus_bool_t
+unplaced (DBusSeqpacketFraming *framing)
+{
+  return framing->checked != NULL || framing->pending_start >= 0 ||
+         (framing->member != NULL && replay_owed (framing));
+}
+
+/* Keeps a group packet (at start in buffer, which it leaves) until the
+ * Hello reply.  FALSE if no memory. */
+static dbus_bool_t
 defer_packet (DBusSeqpacketFraming *framing,
               dbus_uint64_t         sender_id,
               DBusString           *buffer,
@@ -593,24 +649,25 @@ defer_packet (DBusSeqpacketFraming *framing,
 {
   DeferredPacket *packet = dbus_malloc (sizeof (DeferredPacket) + got);
 
-  if (packet != NULL)
-    {
-      packet->sender_id = sender_id;
-      packet->len = got;
-      memcpy (packet->data, _dbus_string_get_const_data_len (buffer, start, got), got);
-      if (_dbus_list_append (&framing->deferred, packet))
-        return;
-      dbus_free (packet);
-    }
+  if (packet == NULL)
+    return FALSE;
 
-  _dbus_verbose ("dbus-mcast: no memory to keep an early group message, dropped\n");
+  packet->sender_id = sender_id;
+  packet->len = got;
+  memcpy (packet->data, _dbus_string_get_const_data_len (buffer, start, got), got);
+  if (_dbus_list_append (&framing->deferred, packet))
+    return TRUE;
+
+  dbus_free (packet);
+  return FALSE;
 }
 
 /* A member's packet from another member (sender id not 0): one message
  * or nothing; refused packets are dropped, not treated as a violation.
  * A kept message leaves buffer as the message its check loaded, in
  * framing->checked, so that the loader does not parse it again; that
- * keeps the order only when nothing else waits in buffer.  Returns got. */
+ * keeps the order only when nothing else waits in buffer.  Without
+ * memory the packet is kept pending.  Returns got. */
 static int
 peer_packet (DBusSeqpacketFraming *framing,
              dbus_uint64_t         sender_id,
@@ -631,11 +688,15 @@ peer_packet (DBusSeqpacketFraming *framing,
       framing->checked = message;
       break;
     case DBUS_MCAST_DEFER:
-      defer_packet (framing, sender_id, buffer, start, got);
+      if (!defer_packet (framing, sender_id, buffer, start, got))
+        {
+          keep_pending (framing, start, got, sender_id, NULL);
+          return got;
+        }
       break;
     case DBUS_MCAST_NO_MEMORY:
-      _dbus_verbose ("dbus-mcast: no memory to check a group message, dropped\n");
-      break;
+      keep_pending (framing, start, got, sender_id, NULL);
+      return got;
     case DBUS_MCAST_DROP:
     default:
       break;
@@ -646,24 +707,37 @@ peer_packet (DBusSeqpacketFraming *framing,
 }
 
 /* The Hello reply was read: the group packets that came before it get
- * their checks now, and those kept follow the reply into buffer. */
+ * their checks now, and those kept follow the reply into buffer.  Stops
+ * without memory, where _dbus_seqpacket_place_pending() goes on. */
 static void
 replay_deferred (DBusSeqpacketFraming *framing,
                  DBusString           *buffer)
 {
   DeferredPacket *packet;
 
-  while ((packet = _dbus_list_pop_first (&framing->deferred)) != NULL)
+  while (framing->pending_start < 0 &&
+         (packet = _dbus_list_get_first (&framing->deferred)) != NULL)
     {
-      DBusString str;
       int start = _dbus_string_get_length (buffer);
 
-      _dbus_string_init_const_len (&str, packet->data, packet->len);
       if (!_dbus_string_append_len (buffer, packet->data, packet->len))
-        _dbus_verbose ("dbus-mcast: no memory for an early group message, dropped\n");
-      else if (_dbus_mcast_member_from_peer (framing->member, packet->sender_id,
-                                             &str, 0, packet->len, NULL) != DBUS_MCAST_KEEP)
-        _dbus_string_set_length (buffer, start);
+        return;
+
+      _dbus_list_pop_first (&framing->deferred);
+      switch (_dbus_mcast_member_from_peer (framing->member, packet->sender_id,
+                                            buffer, start, packet->len, NULL))
+        {
+        case DBUS_MCAST_KEEP:
+          break;
+        case DBUS_MCAST_NO_MEMORY:
+          keep_pending (framing, start, packet->len, packet->sender_id, NULL);
+          break;
+        case DBUS_MCAST_DROP:
+        case DBUS_MCAST_DEFER:
+        default:
+          _dbus_string_set_length (buffer, start);
+          break;
+        }
       dbus_free (packet);
     }
 }
@@ -673,8 +747,9 @@ replay_deferred (DBusSeqpacketFraming *framing,
  * which packets from the group may arrive: fragments are collected in
  * framing->daemon_message and the message goes to buffer when complete.
  * Unix fds come with the first fragment and stay in the loader's fd queue
- * meanwhile (group packets carry none).  Returns got, or -1 with errno
- * set. */
+ * meanwhile (group packets carry none).  Without memory the packet (or
+ * the whole message) is kept pending; each step changes nothing until it
+ * succeeds.  Returns got. */
 static int
 daemon_packet (DBusSeqpacketFraming *framing,
                DBusString           *buffer,
@@ -683,27 +758,23 @@ daemon_packet (DBusSeqpacketFraming *framing,
 {
   int len = got;
 
-  if (framing->remaining > 0 ||
-      _dbus_string_get_length (&framing->daemon_message) > 0)
+  if (framing->remaining > 0)
     {
-      /* A fragment: collect it (the last one too, then take them all) */
+      /* A fragment before the last: collect it */
       if (!_dbus_string_move (buffer, start, &framing->daemon_message,
                               _dbus_string_get_length (&framing->daemon_message)))
-        {
-          _dbus_string_set_length (buffer, start);
-          errno = ENOMEM;
-          return -1;
-        }
+        keep_pending (framing, start, got, 0, NULL);
+      return got;
+    }
 
-      if (framing->remaining > 0)
-        return got;
-
-      len = _dbus_string_get_length (&framing->daemon_message);
+  if (_dbus_string_get_length (&framing->daemon_message) > 0)
+    {
+      /* The last fragment: the fragments before it go in front of it */
+      len += _dbus_string_get_length (&framing->daemon_message);
       if (!_dbus_string_move (&framing->daemon_message, 0, buffer, start))
         {
-          _dbus_string_set_length (&framing->daemon_message, 0);
-          errno = ENOMEM;
-          return -1;
+          keep_pending (framing, start, got, 0, NULL);
+          return got;
         }
     }
 
@@ -713,18 +784,15 @@ daemon_packet (DBusSeqpacketFraming *framing,
       _dbus_string_set_length (buffer, start);
       break;
     case DBUS_MCAST_NO_MEMORY:
-      /* The message still goes to the loader, unexamined: better than
-       * losing a message the daemon delivered */
-      _dbus_verbose ("dbus-mcast: no memory to examine a message from the daemon\n");
-      break;
+      keep_pending (framing, start, len, 0, NULL);
+      return got;
     case DBUS_MCAST_KEEP:
     case DBUS_MCAST_DEFER:
     default:
       break;
     }
 
-  if (framing->deferred != NULL &&
-      !_dbus_mcast_member_waits_for_hello (framing->member))
+  if (replay_owed (framing))
     replay_deferred (framing, buffer);
 
   return got;
@@ -735,7 +803,8 @@ daemon_packet (DBusSeqpacketFraming *framing,
  * touches framing->remaining, so it may arrive between the fragments of a
  * message the member sent.  One that does not parse (or, with got 0, did
  * not fit) stands in as an invalid copy: the member's libdbus would have
- * dropped it, and the daemon drops it but learns its seq. */
+ * dropped it, and the daemon drops it but learns its seq.  Without
+ * memory it is kept pending.  Returns got. */
 static int
 diverted_packet (DBusSeqpacketFraming        *framing,
                  const DBusSeqpacketDiverted *diverted,
@@ -755,17 +824,15 @@ diverted_packet (DBusSeqpacketFraming        *framing,
   message = got == 0 ? NULL :
     dbus_message_demarshal (_dbus_string_get_const_data_len (buffer, start, got),
                             got, &error);
-  _dbus_string_set_length (buffer, start);
   if (message == NULL)
     {
-      _dbus_verbose ("dbus-mcast: diverted copy %u is invalid: %s\n",
-                     diverted->seq, got == 0 ? "too long" : error.message);
       if (dbus_error_has_name (&error, DBUS_ERROR_NO_MEMORY))
         {
           dbus_error_free (&error);
-          errno = ENOMEM;
-          return -1;
+          goto no_memory;
         }
+      _dbus_verbose ("dbus-mcast: diverted copy %u is invalid: %s\n",
+                     diverted->seq, got == 0 ? "too long" : error.message);
       dbus_error_free (&error);
 
       /* The member would drop it, but the daemon must learn its seq to
@@ -774,10 +841,7 @@ diverted_packet (DBusSeqpacketFraming        *framing,
       message = dbus_message_new_signal (DBUS_PATH_LOCAL, DBUS_INTERFACE_LOCAL,
                                          "Diverted");
       if (message == NULL)
-        {
-          errno = ENOMEM;
-          return -1;
-        }
+        goto no_memory;
     }
 
   copy = dbus_new (DBusSeqpacketDiverted, 1);
@@ -792,13 +856,15 @@ diverted_packet (DBusSeqpacketFraming        *framing,
       goto no_memory;
     }
 
+  _dbus_string_set_length (buffer, start);
   framing->checked = message;
   return got;
 
  no_memory:
-  dbus_message_unref (message);
-  errno = ENOMEM;
-  return -1;
+  if (message != NULL)
+    dbus_message_unref (message);
+  keep_pending (framing, start, got, diverted->sender_id, diverted);
+  return got;
 }
 
 /* A group copy of the member's message, read on the daemon's end: a
@@ -967,6 +1033,14 @@ _dbus_seqpacket_read_message (DBusSeqpacketFraming *framing,
   int got;
   const char *violation;
 
+  /* Nothing is read behind what is not placed yet: the next dispatch
+   * places it (_dbus_seqpacket_place_pending()) */
+  if (unplaced (framing))
+    {
+      errno = ENOMEM;
+      return -1;
+    }
+
   got = read_packet (fd, buffer, DBUS_SEQPACKET_FRAGMENT_SIZE, fds, n_fds,
                      framing->member != NULL ? &sender_id : NULL,
                      framing->server ? &diverted : NULL,
@@ -976,9 +1050,8 @@ _dbus_seqpacket_read_message (DBusSeqpacketFraming *framing,
       /* Another member's packet, too long for any reader: the kernel
        * delivered it, but it harms nobody but its sender */
       _dbus_verbose ("dbus-mcast: dropped a group packet longer than the fragment size\n");
-      if (diverted.seq != 0 &&
-          diverted_packet (framing, &diverted, buffer, start, 0) < 0)
-        return -1;
+      if (diverted.seq != 0)
+        diverted_packet (framing, &diverted, buffer, start, 0);
       return DBUS_SEQPACKET_FRAGMENT_SIZE;
     }
   if (got < 0 && errno == EPROTO)
@@ -1020,22 +1093,79 @@ _dbus_seqpacket_read_message (DBusSeqpacketFraming *framing,
   return got;
 }
 
+/* Places the pending packet: what ran out of memory runs again */
+static void
+place_packet (DBusSeqpacketFraming *framing,
+              DBusString           *buffer)
+{
+  DBusSeqpacketDiverted diverted = framing->pending_diverted;
+  dbus_uint64_t sender_id = framing->pending_sender_id;
+  int start = framing->pending_start;
+  int len = framing->pending_len;
+
+  framing->pending_start = -1;
+  if (diverted.seq != 0)
+    diverted_packet (framing, &diverted, buffer, start, len);
+  else if (sender_id != 0)
+    peer_packet (framing, sender_id, buffer, start, len);
+  else
+    daemon_packet (framing, buffer, start, len);
+}
+
 /**
- * The message of the group packet _dbus_seqpacket_read_message() just
- * read, if its check loaded it and left nothing for the loader: the
- * transport queues it in the loader (_dbus_message_loader_queue_loaded_message())
- * after returning the buffer.
+ * Hands the loader what _dbus_seqpacket_read_message() read but did not
+ * leave in its buffer as bytes: the message a check loaded, and packets
+ * it had no memory to check, defer or reassemble, in the order they were
+ * read.  The transport calls it before the loader parses its buffer
+ * (_dbus_transport_get_dispatch_status()); nothing is read meanwhile, so
+ * that without memory a connection waits for memory, as stock libdbus
+ * does, and loses nothing.
  *
  * @param framing the connection's receive-side state
- * @returns the message, owned by the caller, or #NULL
+ * @param loader the connection's message loader
+ * @returns #FALSE if no memory (call again)
  */
-DBusMessage *
-_dbus_seqpacket_take_checked_message (DBusSeqpacketFraming *framing)
+dbus_bool_t
+_dbus_seqpacket_place_pending (DBusSeqpacketFraming *framing,
+                               DBusMessageLoader    *loader)
 {
-  DBusMessage *message = framing->checked;
+  DBusString *buffer;
+  dbus_bool_t stuck;
 
-  framing->checked = NULL;
-  return message;
+  while (unplaced (framing))
+    {
+      if (framing->checked != NULL)
+        {
+          /* Read before any pending packet, with nothing before it */
+          if (!_dbus_message_loader_queue_loaded_message (loader,
+                                                          framing->checked))
+            return FALSE;
+          dbus_message_unref (framing->checked);
+          framing->checked = NULL;
+          continue;
+        }
+
+      _dbus_message_loader_get_buffer (loader, &buffer, NULL, NULL);
+      if (framing->pending_start >= 0)
+        {
+          place_packet (framing, buffer);
+          stuck = framing->pending_start >= 0;
+        }
+      else
+        {
+          int deferred = _dbus_list_get_length (&framing->deferred);
+
+          replay_deferred (framing, buffer);
+          stuck = framing->pending_start < 0 &&
+                  _dbus_list_get_length (&framing->deferred) == deferred;
+        }
+      _dbus_message_loader_return_buffer (loader, buffer);
+
+      if (stuck)
+        return FALSE;
+    }
+
+  return TRUE;
 }
 
 /**

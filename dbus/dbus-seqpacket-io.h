@@ -46,6 +46,7 @@
 
 #include <dbus/dbus-internals.h>
 #include <dbus/dbus-message.h>
+#include <dbus/dbus-message-internal.h>
 #include <dbus/dbus-string.h>
 #include <dbus/dbus-sysdeps.h>
 
@@ -101,7 +102,8 @@ int _dbus_seqpacket_read_message   (DBusSeqpacketFraming *framing,
                                     DBusString           *buffer,
                                     int                  *fds,
                                     unsigned int         *n_fds);
-DBusMessage *_dbus_seqpacket_take_checked_message (DBusSeqpacketFraming *framing);
+dbus_bool_t _dbus_seqpacket_place_pending (DBusSeqpacketFraming *framing,
+                                           DBusMessageLoader    *loader);
 DBUS_PRIVATE_EXPORT
 int _dbus_seqpacket_read_group_packet (DBusSocket             fd,
                                        DBusString            *buffer,

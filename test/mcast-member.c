@@ -1084,6 +1084,166 @@ test_early_message (Fixture *f, gconstpointer data)
   g_free (c_name);
 }
 
+#ifdef DBUS_ENABLE_EMBEDDED_TESTS
+/* Longer than a packet: the daemon's end sends it in fragments */
+#define LONG_ARGUMENT_LENGTH (DBUS_SEQPACKET_FRAGMENT_SIZE + 4000)
+
+typedef struct
+{
+  Fixture *f;
+  dbus_uint32_t round;       /* of the messages A is to receive next */
+  gchar *long_argument;
+} OomRun;
+
+/* Sends the signal @member, numbered @round, to @destination on @c; a
+ * step that finds no memory is tried again */
+static void
+send_numbered (DBusConnection *c,
+               gboolean        from_daemon,
+               const char     *destination,
+               const char     *member,
+               dbus_uint32_t   round,
+               const char     *argument)
+{
+  DBusMessage *m;
+
+  for (;;)
+    {
+      m = dbus_message_new_signal (TEST_PATH, TEST_IFACE, member);
+      if (m != NULL &&
+          dbus_message_set_destination (m, destination) &&
+          (!from_daemon || dbus_message_set_sender (m, DBUS_SERVICE_DBUS)) &&
+          dbus_message_append_args (m, DBUS_TYPE_UINT32, &round,
+                                    DBUS_TYPE_STRING, &argument,
+                                    DBUS_TYPE_INVALID) &&
+          dbus_connection_send (c, m, NULL))
+        break;
+      if (m != NULL)
+        dbus_message_unref (m);
+    }
+  dbus_message_unref (m);
+  dbus_connection_flush (c);
+}
+
+/* A group message from B, then a long one from "the daemon" */
+static void
+send_round (OomRun *run)
+{
+  Fixture *f = run->f;
+
+  send_numbered (f->b, FALSE, f->a_name, "FromPeer", run->round, "peer");
+  send_numbered (f->a_srv, TRUE, f->a_name, "FromDaemon", run->round,
+                 run->long_argument);
+}
+
+/* Whether A receives the signal @member of this round next, with its
+ * argument intact, within 10 s, however often it finds no memory */
+static gboolean
+receive_numbered (OomRun     *run,
+                  const char *member,
+                  const char *argument)
+{
+  gint64 deadline = g_get_monotonic_time () + 10 * G_USEC_PER_SEC;
+  DBusConnection *a = run->f->a;
+  DBusMessageIter iter;
+  dbus_uint32_t round;
+  const char *text;
+  DBusMessage *m;
+  gboolean ok;
+
+  while ((m = dbus_connection_pop_message (a)) == NULL)
+    {
+      if (g_get_monotonic_time () > deadline ||
+          !dbus_connection_get_is_connected (a))
+        {
+          g_test_message ("round %u: %s never arrived", run->round, member);
+          return FALSE;
+        }
+      dbus_connection_read_write (a, 0);
+    }
+
+  ok = dbus_message_is_signal (m, TEST_IFACE, member) &&
+       dbus_message_iter_init (m, &iter) &&
+       dbus_message_iter_get_arg_type (&iter) == DBUS_TYPE_UINT32;
+  if (ok)
+    {
+      dbus_message_iter_get_basic (&iter, &round);
+      ok = round == run->round && dbus_message_iter_next (&iter) &&
+           dbus_message_iter_get_arg_type (&iter) == DBUS_TYPE_STRING;
+    }
+  if (ok)
+    {
+      dbus_message_iter_get_basic (&iter, &text);
+      ok = strcmp (text, argument) == 0;
+    }
+  if (!ok)
+    g_test_message ("round %u: expected %s, got %s", run->round, member,
+                    dbus_message_get_member (m));
+  dbus_message_unref (m);
+  return ok;
+}
+
+/* One round under _dbus_test_oom_handling(): A receives what was sent
+ * for it, then the next round is sent.  Allocations fail in turn, in A
+ * and in the senders alike; whatever A had no memory for must arrive
+ * once memory is back, once, and in order. */
+static dbus_bool_t
+receive_round (void        *data,
+               dbus_bool_t  have_memory)
+{
+  OomRun *run = data;
+  DBusMessage *m;
+
+  if (!receive_numbered (run, "FromPeer", "peer") ||
+      !receive_numbered (run, "FromDaemon", run->long_argument))
+    return FALSE;
+
+  /* B's copies for the acceptor (SEND_TO_PEER) */
+  dbus_connection_read_write (run->f->b_srv, 0);
+  while ((m = dbus_connection_pop_message (run->f->b_srv)) != NULL)
+    dbus_message_unref (m);
+
+  run->round++;
+  send_round (run);
+  return TRUE;
+}
+#endif
+
+/* A member that runs out of memory while it reads a group message or a
+ * message from the daemon (loading it to check it, queuing the loaded
+ * message, reassembling fragments) keeps it and reads nothing behind it
+ * until memory is back, as stock libdbus keeps the bytes it could not
+ * load: nothing is lost, duplicated or reordered. */
+static void
+test_out_of_memory (Fixture *f, gconstpointer data)
+{
+#ifdef DBUS_ENABLE_EMBEDDED_TESTS
+  OomRun run = { f, 0, NULL };
+
+  if (g_test_failed () || f->a == NULL)
+    return;
+
+  run.long_argument = g_malloc (LONG_ARGUMENT_LENGTH + 1);
+  memset (run.long_argument, 'x', LONG_ARGUMENT_LENGTH);
+  run.long_argument[LONG_ARGUMENT_LENGTH] = '\0';
+
+  send_round (&run);
+  g_assert_true (_dbus_test_oom_handling ("a member receives", receive_round,
+                                          &run));
+  g_assert_cmpuint (run.round, >, 10);
+  g_test_message ("%u rounds", run.round);
+
+  /* The last round arrives, and nothing else */
+  g_assert_true (receive_numbered (&run, "FromPeer", "peer"));
+  g_assert_true (receive_numbered (&run, "FromDaemon", run.long_argument));
+  assert_no_message (f, f->a, 100);
+  g_free (run.long_argument);
+#else
+  g_test_skip ("failing allocations needs a libdbus built with "
+               "--enable-embedded-tests");
+#endif
+}
+
 /* A server that does not offer multicast answers NEGOTIATE_MULTICAST with
  * ERROR; the client stays classic: everything goes to the server. */
 static void
@@ -1211,6 +1371,7 @@ main (int argc, char **argv)
   ADD ("/mcast-member/owners", test_owners, NULL);
   ADD ("/mcast-member/reply-limit", test_reply_limit, NULL);
   ADD ("/mcast-member/early-message", test_early_message, NULL);
+  ADD ("/mcast-member/out-of-memory", test_out_of_memory, NULL);
   ADD ("/mcast-member/not-offered", test_not_offered, "not offered");
 
   return g_test_run ();
