@@ -568,6 +568,21 @@ get_stat (Peer        *p,
   return value;
 }
 
+/* Waits until the daemon's counter @key is above @before */
+static void
+wait_for_stat_above (Peer        *p,
+                     const gchar *key,
+                     guint64      before)
+{
+  gint64 deadline = g_get_monotonic_time () + TIMEOUT_US;
+
+  while (get_stat (p, key) <= before)
+    {
+      g_assert_cmpint (g_get_monotonic_time (), <, deadline);
+      g_usleep (10000);
+    }
+}
+
 /* How closely member p's peer filter follows its match rules
  * (GetConnectionStats' MulticastPeerFilterPrecision): "exact", "no-args",
  * "senders" or "signals"; fails the test if the daemon does not say */
@@ -2027,15 +2042,7 @@ test_stalled_subscriber (gconstpointer data)
       dbus_message_unref (m);
     }
   if (diverts)
-    {
-      gint64 deadline = g_get_monotonic_time () + TIMEOUT_US;
-
-      while (get_stat (emitter, "MulticastResumes") <= resumes)
-        {
-          g_assert_cmpint (g_get_monotonic_time (), <, deadline);
-          g_usleep (10000);
-        }
-    }
+    wait_for_stat_above (emitter, "MulticastResumes", resumes);
 
   g_free (rule);
   g_free (filler);
@@ -2272,6 +2279,87 @@ test_request_name_order (gconstpointer data)
 
   peer_free (observer);
   peer_free (owner);
+}
+
+/* ---- a member whose socket is full ------------------------------------------ */
+
+#define FULL_FILLER_SIGNALS 150
+/* Together more than the send buffer of the daemon's end (208 KiB by
+ * default): the daemon's writes to the member find it full */
+#define FULL_FILLER_SIZE 2048
+
+static gboolean
+is_owner_change_or_test_signal (DBusMessage *m, gconstpointer data)
+{
+  return is_owner_change (m, NULL) ||
+      dbus_message_is_signal (m, TEST_IFACE, "Tick") ||
+      dbus_message_is_signal (m, TEST_IFACE, "AfterName");
+}
+
+/* What the daemon writes to a member that stopped reading waits in the
+ * daemon once the member's socket is full; what the group carries to it
+ * afterwards must not overtake that.  A classic client's signals, the
+ * NameOwnerChanged of a member taking a name, and that member's first
+ * signal reach the stalled member in that order, as stock sends them:
+ * the kernel diverts the member from the daemon's first write that finds
+ * no room (MulticastDiverted), so the new owner's signal goes through the
+ * daemon, behind what it holds. */
+static void
+test_full_member_order (gconstpointer data)
+{
+  const gchar *name = "org.dbusmcast.BusTest.FullMember";
+  Peer *filler = peer_new (PEER_CLASSIC);
+  Peer *owner = peer_new (PEER_MEMBER);
+  Peer *stalled = peer_new (PEER_MEMBER);
+  gchar *payload = g_strnfill (FULL_FILLER_SIZE, 'f');
+  gboolean diverts = kernel_has_mcast ();
+  guint64 diverted = 0;
+  DBusMessage *m;
+  guint i;
+
+  watch_owner (stalled, name);
+  peer_add_match (stalled, "type='signal',interface='" TEST_IFACE "'");
+  if (diverts)
+    diverted = get_stat (owner, "MulticastDiverted");
+
+  for (i = 0; i < FULL_FILLER_SIGNALS; i++)
+    {
+      m = new_signal (TEST_PATH, TEST_IFACE, "Tick", payload, i);
+      peer_send (filler, m);
+      dbus_message_unref (m);
+    }
+  /* The daemon has handled them all: stock has queued them to the member */
+  dbus_message_unref (driver_call (filler, DBUS_INTERFACE_DBUS, "GetId",
+                                   DBUS_TYPE_INVALID));
+  g_assert_cmpuint (request_or_release (owner, "RequestName", name), ==,
+                    DBUS_REQUEST_NAME_REPLY_PRIMARY_OWNER);
+  m = new_signal (TEST_PATH, TEST_IFACE, "AfterName", "", 0);
+  peer_send (owner, m);
+  dbus_message_unref (m);
+  if (diverts)
+    wait_for_stat_above (owner, "MulticastDiverted", diverted);
+
+  for (i = 0; i < FULL_FILLER_SIGNALS; i++)
+    {
+      m = peer_wait (stalled, is_owner_change_or_test_signal, NULL);
+      if (!dbus_message_is_signal (m, TEST_IFACE, "Tick"))
+        g_error ("%s reached the stalled member before signal %u of %u",
+                 dbus_message_get_member (m), i, FULL_FILLER_SIGNALS);
+      g_assert_cmpuint (signal_seq (m), ==, i);
+      dbus_message_unref (m);
+    }
+  m = peer_wait (stalled, is_owner_change_or_test_signal, NULL);
+  g_assert_true (is_owner_change (m, NULL));
+  dbus_message_unref (m);
+  m = peer_wait (stalled, is_owner_change_or_test_signal, NULL);
+  g_assert_true (is_signal_named (m, "AfterName"));
+  g_assert_cmpstr (dbus_message_get_sender (m), ==, owner->name);
+  dbus_message_unref (m);
+
+  g_free (payload);
+  peer_free (stalled);
+  peer_free (owner);
+  peer_free (filler);
 }
 
 /* ---- a callee that leaves without replying --------------------------------- */
@@ -4402,6 +4490,7 @@ main (int    argc,
       ADDF (test_add_match_order, kinds[i], "/order/add-match/%s", kinds[i]);
       ADDF (test_request_name_order, kinds[i], "/order/request-name/%s", kinds[i]);
     }
+  ADD ("/order/full-member", test_full_member_order, NULL);
   ADD ("/self/member", test_self, "member");
   ADD ("/self/classic", test_self, "classic");
   for (i = 0; i < G_N_ELEMENTS (libdbus_pairs); i++)
