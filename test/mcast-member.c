@@ -877,14 +877,14 @@ test_owners (Fixture *f, gconstpointer data)
   assert_no_message (f, f->b, 100);
 }
 
-/* "The daemon" tells A that the members names left, in that order, the
- * first one owning services */
-static void
-send_departed (Fixture     *f,
-               const char **names,
-               int          n_names,
-               const char **services,
-               int          n_services)
+/* "The daemon"'s Departed signal to A: the members names left, in that
+ * order, the first one owning services */
+static DBusMessage *
+departed_signal (Fixture     *f,
+                 const char **names,
+                 int          n_names,
+                 const char **services,
+                 int          n_services)
 {
   DBusMessage *departed = dbus_message_new_signal (DBUS_PATH_DBUS,
                                                    DBUS_MCAST_INTERFACE,
@@ -906,6 +906,20 @@ send_departed (Fixture     *f,
       g_assert_true (dbus_message_iter_close_container (&array, &entry));
     }
   g_assert_true (dbus_message_iter_close_container (&args, &array));
+  return departed;
+}
+
+/* "The daemon" tells A that the members names left */
+static void
+send_departed (Fixture     *f,
+               const char **names,
+               int          n_names,
+               const char **services,
+               int          n_services)
+{
+  DBusMessage *departed = departed_signal (f, names, n_names, services,
+                                           n_services);
+
   send_flush (f, f->a_srv, departed);
   dbus_message_unref (departed);
 }
@@ -1088,11 +1102,15 @@ test_early_message (Fixture *f, gconstpointer data)
 /* Longer than a packet: the daemon's end sends it in fragments */
 #define LONG_ARGUMENT_LENGTH (DBUS_SEQPACKET_FRAGMENT_SIZE + 4000)
 
+/* The member whose departure ends A's calls */
+#define DEPARTING ":1.100"
+
 typedef struct
 {
   Fixture *f;
   dbus_uint32_t round;       /* of the messages A is to receive next */
   gchar *long_argument;
+  DBusMessage *departed;     /* the daemon's Departed signal for DEPARTING */
 } OomRun;
 
 /* Sends the signal @member, numbered @round, to @destination on @c; a
@@ -1183,6 +1201,29 @@ receive_numbered (OomRun     *run,
   return ok;
 }
 
+/* Reads and drops all that the acceptor's ends (SEND_TO_PEER copies) and
+ * B got from the group: a full member would hold its senders back */
+static void
+drain_group_copies (Fixture *f)
+{
+  DBusConnection *ends[] = { f->a_srv, f->b_srv, f->b };
+  struct pollfd p = { -1, POLLIN, 0 };
+  DBusMessage *m;
+  guint i;
+
+  for (i = 0; i < G_N_ELEMENTS (ends); i++)
+    {
+      g_assert_true (dbus_connection_get_socket (ends[i], &p.fd));
+      do
+        {
+          dbus_connection_read_write (ends[i], 0);
+          while ((m = dbus_connection_pop_message (ends[i])) != NULL)
+            dbus_message_unref (m);
+        }
+      while (poll (&p, 1, 0) == 1);
+    }
+}
+
 /* One round under _dbus_test_oom_handling(): A receives what was sent
  * for it, then the next round is sent.  Allocations fail in turn, in A
  * and in the senders alike; whatever A had no memory for must arrive
@@ -1192,20 +1233,65 @@ receive_round (void        *data,
                dbus_bool_t  have_memory)
 {
   OomRun *run = data;
-  DBusMessage *m;
 
   if (!receive_numbered (run, "FromPeer", "peer") ||
       !receive_numbered (run, "FromDaemon", run->long_argument))
     return FALSE;
 
-  /* B's copies for the acceptor (SEND_TO_PEER) */
-  dbus_connection_read_write (run->f->b_srv, 0);
-  while ((m = dbus_connection_pop_message (run->f->b_srv)) != NULL)
-    dbus_message_unref (m);
+  drain_group_copies (run->f);
 
   run->round++;
   send_round (run);
   return TRUE;
+}
+
+/* A call from A to a member that then leaves, under
+ * _dbus_test_oom_handling(): "the daemon"'s Departed signal (@data of
+ * the run, sent again each round) ends it with one NoReply error, however
+ * often A had no memory to make the errors */
+static dbus_bool_t
+call_ends_with_departure (void        *data,
+                          dbus_bool_t  have_memory)
+{
+  OomRun *run = data;
+  Fixture *f = run->f;
+  gint64 deadline = g_get_monotonic_time () + 10 * G_USEC_PER_SEC;
+  DBusMessage *m = NULL;
+  dbus_uint32_t serial;
+  gboolean ok;
+
+  while (m == NULL)
+    m = new_call (DEPARTING, "Hang");
+  while (!dbus_connection_send (f->a, m, &serial))
+    ;
+  dbus_message_unref (m);
+  dbus_connection_flush (f->a);
+  while (!dbus_connection_send (f->a_srv, run->departed, NULL))
+    ;
+  dbus_connection_flush (f->a_srv);
+
+  while ((m = dbus_connection_pop_message (f->a)) == NULL)
+    {
+      if (g_get_monotonic_time () > deadline ||
+          !dbus_connection_get_is_connected (f->a))
+        {
+          g_test_message ("round %u: no NoReply error", run->round);
+          return FALSE;
+        }
+      dbus_connection_read_write (f->a, 0);
+    }
+  ok = dbus_message_is_error (m, DBUS_ERROR_NO_REPLY) &&
+       dbus_message_get_reply_serial (m) == serial;
+  if (!ok)
+    g_test_message ("round %u: expected NoReply to %u, got %s to %u",
+                    run->round, serial, dbus_message_get_member (m),
+                    dbus_message_get_reply_serial (m));
+  dbus_message_unref (m);
+
+  /* The calls reached B and the acceptor through the group */
+  drain_group_copies (f);
+  run->round++;
+  return ok;
 }
 
 /* A member that runs out of memory while it reads a group message or a
@@ -1216,7 +1302,7 @@ receive_round (void        *data,
 static void
 test_out_of_memory (Fixture *f, gconstpointer data)
 {
-  OomRun run = { f, 0, NULL };
+  OomRun run = { f, 0, NULL, NULL };
 
   if (g_test_failed () || f->a == NULL)
     return;
@@ -1236,6 +1322,28 @@ test_out_of_memory (Fixture *f, gconstpointer data)
   g_assert_true (receive_numbered (&run, "FromDaemon", run.long_argument));
   assert_no_message (f, f->a, 100);
   g_free (run.long_argument);
+}
+
+/* A member out of memory when the daemon's Departed signal comes keeps
+ * it, and its calls to the departed member still end with stock's
+ * NoReply error, once each */
+static void
+test_out_of_memory_departed (Fixture *f, gconstpointer data)
+{
+  OomRun run = { f, 0, NULL, NULL };
+  const char *departing[] = { DEPARTING };
+
+  if (g_test_failed () || f->a == NULL)
+    return;
+
+  run.departed = departed_signal (f, departing, 1, NULL, 0);
+
+  g_assert_true (_dbus_test_oom_handling ("a call ends with a departure",
+                                          call_ends_with_departure, &run));
+  g_assert_cmpuint (run.round, >, 10);
+  g_test_message ("%u rounds", run.round);
+  assert_no_message (f, f->a, 100);
+  dbus_message_unref (run.departed);
 }
 #endif
 
@@ -1369,7 +1477,8 @@ main (int argc, char **argv)
 #ifdef DBUS_ENABLE_EMBEDDED_TESTS
   /* Only a libdbus built with --enable-embedded-tests can fail
    * allocations: test/bus/run runs that build's program for it */
-  ADD ("/mcast-member/out-of-memory", test_out_of_memory, NULL);
+  ADD ("/mcast-member/out-of-memory/receive", test_out_of_memory, NULL);
+  ADD ("/mcast-member/out-of-memory/departed", test_out_of_memory_departed, NULL);
 #endif
   ADD ("/mcast-member/not-offered", test_not_offered, "not offered");
 
