@@ -15,7 +15,6 @@
 #include "dbus-list.h"
 #include "dbus-marshal-basic.h"
 #include "dbus-mcast-member.h"
-#include "dbus-message-internal.h"
 #include "dbus-mcast-uapi.h"
 #include "dbus-protocol.h"
 #include "dbus-shared.h"
