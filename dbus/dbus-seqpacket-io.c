@@ -1032,13 +1032,9 @@ _dbus_seqpacket_read_message (DBusSeqpacketFraming *framing,
   int got;
   const char *violation;
 
-  /* Nothing is read behind what is not placed yet: the next dispatch
-   * places it (_dbus_seqpacket_place_pending()) */
-  if (unplaced (framing))
-    {
-      errno = ENOMEM;
-      return -1;
-    }
+  /* Nothing is read behind what is not placed yet: the transport places
+   * it first (_dbus_seqpacket_place_pending()) */
+  _dbus_assert (!unplaced (framing));
 
   got = read_packet (fd, buffer, DBUS_SEQPACKET_FRAGMENT_SIZE, fds, n_fds,
                      framing->member != NULL ? &sender_id : NULL,

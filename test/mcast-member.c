@@ -1113,6 +1113,35 @@ typedef struct
   DBusMessage *departed;     /* the daemon's Departed signal for DEPARTING */
 } OomRun;
 
+/* Sends @m on @c, again while libdbus finds no memory, and flushes */
+static void
+send_retrying (DBusConnection *c,
+               DBusMessage    *m,
+               dbus_uint32_t  *serial)
+{
+  while (!dbus_connection_send (c, m, serial))
+    ;
+  dbus_connection_flush (c);
+}
+
+/* The next message @c receives, read as it finds memory; NULL if none
+ * came within 10 s or @c was disconnected */
+static DBusMessage *
+pop_within (DBusConnection *c)
+{
+  gint64 deadline = g_get_monotonic_time () + 10 * G_USEC_PER_SEC;
+  DBusMessage *m;
+
+  while ((m = dbus_connection_pop_message (c)) == NULL)
+    {
+      if (g_get_monotonic_time () > deadline ||
+          !dbus_connection_get_is_connected (c))
+        return NULL;
+      dbus_connection_read_write (c, 0);
+    }
+  return m;
+}
+
 /* Sends the signal @member, numbered @round, to @destination on @c; a
  * step that finds no memory is tried again */
 static void
@@ -1133,14 +1162,13 @@ send_numbered (DBusConnection *c,
           (!from_daemon || dbus_message_set_sender (m, DBUS_SERVICE_DBUS)) &&
           dbus_message_append_args (m, DBUS_TYPE_UINT32, &round,
                                     DBUS_TYPE_STRING, &argument,
-                                    DBUS_TYPE_INVALID) &&
-          dbus_connection_send (c, m, NULL))
+                                    DBUS_TYPE_INVALID))
         break;
       if (m != NULL)
         dbus_message_unref (m);
     }
+  send_retrying (c, m, NULL);
   dbus_message_unref (m);
-  dbus_connection_flush (c);
 }
 
 /* A group message from B, then a long one from "the daemon" */
@@ -1161,23 +1189,16 @@ receive_numbered (OomRun     *run,
                   const char *member,
                   const char *argument)
 {
-  gint64 deadline = g_get_monotonic_time () + 10 * G_USEC_PER_SEC;
-  DBusConnection *a = run->f->a;
+  DBusMessage *m = pop_within (run->f->a);
   DBusMessageIter iter;
   dbus_uint32_t round;
   const char *text;
-  DBusMessage *m;
   gboolean ok;
 
-  while ((m = dbus_connection_pop_message (a)) == NULL)
+  if (m == NULL)
     {
-      if (g_get_monotonic_time () > deadline ||
-          !dbus_connection_get_is_connected (a))
-        {
-          g_test_message ("round %u: %s never arrived", run->round, member);
-          return FALSE;
-        }
-      dbus_connection_read_write (a, 0);
+      g_test_message ("round %u: %s never arrived", run->round, member);
+      return FALSE;
     }
 
   ok = dbus_message_is_signal (m, TEST_IFACE, member) &&
@@ -1255,30 +1276,21 @@ call_ends_with_departure (void        *data,
 {
   OomRun *run = data;
   Fixture *f = run->f;
-  gint64 deadline = g_get_monotonic_time () + 10 * G_USEC_PER_SEC;
   DBusMessage *m = NULL;
   dbus_uint32_t serial;
   gboolean ok;
 
   while (m == NULL)
     m = new_call (DEPARTING, "Hang");
-  while (!dbus_connection_send (f->a, m, &serial))
-    ;
+  send_retrying (f->a, m, &serial);
   dbus_message_unref (m);
-  dbus_connection_flush (f->a);
-  while (!dbus_connection_send (f->a_srv, run->departed, NULL))
-    ;
-  dbus_connection_flush (f->a_srv);
+  send_retrying (f->a_srv, run->departed, NULL);
 
-  while ((m = dbus_connection_pop_message (f->a)) == NULL)
+  m = pop_within (f->a);
+  if (m == NULL)
     {
-      if (g_get_monotonic_time () > deadline ||
-          !dbus_connection_get_is_connected (f->a))
-        {
-          g_test_message ("round %u: no NoReply error", run->round);
-          return FALSE;
-        }
-      dbus_connection_read_write (f->a, 0);
+      g_test_message ("round %u: no NoReply error", run->round);
+      return FALSE;
     }
   ok = dbus_message_is_error (m, DBUS_ERROR_NO_REPLY) &&
        dbus_message_get_reply_serial (m) == serial;
