@@ -13,8 +13,10 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <linux/filter.h>
@@ -354,27 +356,39 @@ forward (BusMcastObserver *observer,
     _dbus_wait_for_memory ();
 }
 
-/* Reads and forwards one packet from @fd, the daemon's member or (with
- * @diverted) its acceptor end.  FALSE once there is none. */
-static dbus_bool_t
+/* Reads one packet from @fd, the daemon's member or (with @acceptor) its
+ * acceptor end, and forwards it to the monitors, or, if it is a member's
+ * copy from the group's copy queue, hands it to routing.  Returns the
+ * bytes it took from the socket, 0 once there is none. */
+static int
 read_one (Group      *group,
           DBusSocket  fd,
-          dbus_bool_t diverted)
+          dbus_bool_t acceptor)
 {
   BusMcastObserver *observer = group->observer;
   DBusSeqpacketDiverted copy = { 0, 0, FALSE };
   dbus_uint64_t sender_id = 0;
+  dbus_int64_t commits = -1;
   DBusMcastVerdict verdict;
   DBusMessage *message;
   int len;
 
   _dbus_string_set_length (&observer->packet, 0);
   len = _dbus_seqpacket_read_group_packet (fd, &observer->packet, &sender_id,
-                                           diverted ? &copy : NULL);
+                                           acceptor ? &copy : NULL,
+                                           acceptor ? &commits : NULL);
   if (len < 0 && errno == EPROTO)
-    return TRUE; /* discarded, as a member would */
+    return 1; /* discarded, as a member would */
   if (len <= 0)
-    return FALSE;
+    return 0;
+
+  if (commits >= 0)
+    {
+      bus_mcast_routing_take_copy (
+          bus_context_get_mcast_routing (observer->context), sender_id,
+          (dbus_uint32_t) commits, &observer->packet, len);
+      return len;
+    }
 
   if (copy.seq != 0)
     group->last_seq = copy.seq;
@@ -384,26 +398,40 @@ read_one (Group      *group,
          DBUS_MCAST_NO_MEMORY)
     _dbus_wait_for_memory ();
   if (verdict != DBUS_MCAST_KEEP)
-    return TRUE;
+    return len;
 
   forward (observer, sender_id, message);
   dbus_message_unref (message);
-  return TRUE;
+  return len;
+}
+
+/* The bytes queued on @fd now (all of them, if it cannot say) */
+static int
+queued_bytes (DBusSocket fd)
+{
+  int queued;
+
+  return ioctl (fd.fd, FIONREAD, &queued) == 0 ? queued : INT_MAX;
 }
 
 static void
 drain_group (Group *group)
 {
+  int left, got;
+
   if (!is_admitted (group))
     return;
 
   for (;;)
     {
       /* Everything on the member's socket came before anything diverted */
-      while (read_one (group, group->member, FALSE))
+      while (read_one (group, group->member, FALSE) > 0)
         ;
-      while (read_one (group, group->acceptor, TRUE))
-        ;
+      /* What the copy queue holds now, not what members send meanwhile,
+       * which the next drain takes: each drain ends */
+      left = queued_bytes (group->acceptor);
+      while (left > 0 && (got = read_one (group, group->acceptor, TRUE)) > 0)
+        left -= got;
 
       if (group->last_seq == 0)
         return;
@@ -451,7 +479,9 @@ readable (DBusWatch    *watch,
 {
   Group *group = data;
 
-  bus_mcast_observer_drain (group->observer);
+  /* Drains, and routes the copies it finds */
+  bus_mcast_routing_route_copies (
+      bus_context_get_mcast_routing (group->observer->context));
   return TRUE;
 }
 
@@ -480,8 +510,8 @@ set_peer_filter (Group       *group,
 }
 
 /* Makes the claimed connection of @group a member that hears what the
- * monitors need and never holds the group back, and reads it from the
- * main loop */
+ * monitors need and never holds the group back, and its acceptor end the
+ * group's copy queue, and reads both from the main loop */
 static dbus_bool_t
 admit (Group     *group,
        DBusError *error)
@@ -489,7 +519,7 @@ admit (Group     *group,
   DBusLoop *loop = bus_context_get_loop (group->observer->context);
   struct unix_accept_req req;
   socklen_t len = sizeof (int);
-  int sndbuf, i;
+  int sndbuf, i, one = 1;
 
   /* Its budget: what a member gets (mcast-admission.c) */
   if (getsockopt (group->acceptor.fd, SOL_SOCKET, SO_SNDBUF, &sndbuf, &len) != 0)
@@ -505,7 +535,9 @@ admit (Group     *group,
     return FALSE;
 
   if (setsockopt (group->acceptor.fd, SOL_UNIX, UNIX_ACCEPT_GROUP, &req,
-                  sizeof (req)) != 0)
+                  sizeof (req)) != 0 ||
+      setsockopt (group->acceptor.fd, SOL_UNIX, UNIX_GROUP_COPY_QUEUE, &one,
+                  sizeof (one)) != 0)
     {
       dbus_set_error (error, _dbus_error_from_errno (errno),
                       "Could not admit the daemon's member: %s",

@@ -26,7 +26,11 @@
  * kernel's order, and what the daemon sends after it, in the order it
  * sends it.  What the daemon's own member has no room for the kernel
  * diverts to the daemon's end of that connection, where it is read next:
- * no member ever waits for the daemon to read.
+ * no member ever waits for the daemon to read.  That end is also the
+ * group's copy queue (UNIX_GROUP_COPY_QUEUE): every member's copy for the
+ * daemon, in the group's order, which the drain hands to routing
+ * (bus_mcast_routing_take_copy()); routing dispatches them from the main
+ * loop (bus_mcast_routing_route_copies()).
  *
  * Calls between members do not pass the daemon, whose stock NoReply
  * error to a call whose callee left (which the caller's libdbus makes

@@ -12,6 +12,7 @@
 #include "mcast-routing.h"
 
 #include <stdint.h>
+#include <stdio.h>
 #include <string.h>
 
 #include <dbus/dbus-list.h>
@@ -22,6 +23,7 @@
 #include <dbus/dbus-timeout.h>
 #include "activation.h"
 #include "connection.h"
+#include "dispatch.h"
 #include "mcast-members.h"
 #include "mcast-observer.h"
 #include "mcast-spill.h"
@@ -59,13 +61,24 @@ typedef struct
   char **owned;                /**< the well-known names it owned */
 } Departure;
 
+/* A member's message from the group's copy queue, waiting to be
+ * dispatched in the order the group delivered it */
+typedef struct
+{
+  dbus_uint64_t sender_id;     /**< the kernel's id of its sender */
+  DBusMessage *message;        /**< NULL: the packet held no valid message */
+} Copy;
+
 struct BusMcastRouting
 {
+  BusContext *context;
   DBusLoop *loop;
   DBusTimeout *send_fences;    /**< enabled while fences are due */
   DBusTimeout *send_departures; /**< enabled while departures are due */
   DBusList *due;               /**< Fence *, in the order they fell due */
   DBusList *departures;        /**< Departure *, in the order members left */
+  DBusList *copies;            /**< Copy *, in the group's order */
+  dbus_bool_t routing_copies;  /**< dispatching them: do not start again */
   BusMcastRoutingStats stats;
 };
 
@@ -77,11 +90,30 @@ struct BusMcastRouting
 
 static dbus_int32_t arrival_slot = -1;
 static dbus_int32_t fence_slot = -1;
+/* A copy from the group addressed to a name: the group's commits when it
+ * was sent, plus one (0 is no data) */
+static dbus_int32_t commits_slot = -1;
 
 static Arrival
 arrival_of (DBusMessage *message)
 {
   return (Arrival) (uintptr_t) dbus_message_get_data (message, arrival_slot);
+}
+
+/* Whether @message is a copy from the group addressed to a name, and how
+ * many UNIX_GROUP_COMMITs the group had made when it was sent: the kernel
+ * filtered it with the programs of that commit */
+static dbus_bool_t
+commits_of (DBusMessage   *message,
+            dbus_uint32_t *commits)
+{
+  uintptr_t data = (uintptr_t) dbus_message_get_data (message, commits_slot);
+
+  if (data == 0)
+    return FALSE;
+
+  *commits = (dbus_uint32_t) (data - 1);
+  return TRUE;
 }
 
 /* Whether the member that sent @message, which arrived as @arrival,
@@ -163,6 +195,14 @@ fence_free (Fence *fence)
 {
   dbus_connection_unref (fence->sender);
   dbus_free (fence);
+}
+
+static void
+copy_free (Copy *copy)
+{
+  if (copy->message != NULL)
+    dbus_message_unref (copy->message);
+  dbus_free (copy);
 }
 
 static void
@@ -351,14 +391,16 @@ fence_due (void *data)
 }
 
 BusMcastRouting *
-bus_mcast_routing_new (DBusLoop *loop)
+bus_mcast_routing_new (BusContext *context)
 {
+  DBusLoop *loop = bus_context_get_loop (context);
   BusMcastRouting *routing;
 
   routing = dbus_new0 (BusMcastRouting, 1);
   if (routing == NULL)
     return NULL;
 
+  routing->context = context;
   routing->loop = loop;
   routing->send_fences = add_timeout (loop, 0, send_due_fences, routing);
   routing->send_departures = add_timeout (loop, DEPARTURES_DELAY_MS,
@@ -371,6 +413,13 @@ bus_mcast_routing_new (DBusLoop *loop)
 
   if (!dbus_message_allocate_data_slot (&fence_slot))
     {
+      dbus_message_free_data_slot (&arrival_slot);
+      goto failed;
+    }
+
+  if (!dbus_message_allocate_data_slot (&commits_slot))
+    {
+      dbus_message_free_data_slot (&fence_slot);
       dbus_message_free_data_slot (&arrival_slot);
       goto failed;
     }
@@ -388,20 +437,115 @@ void
 bus_mcast_routing_free (BusMcastRouting *routing)
 {
   Departure *departure;
+  Copy *copy;
 
   if (routing == NULL)
     return;
 
-  /* The members are gone: nobody is owed a departure */
+  /* The members are gone: nobody is owed a departure, nor a copy */
   while ((departure = _dbus_list_pop_first (&routing->departures)) != NULL)
     departure_free (departure);
+  while ((copy = _dbus_list_pop_first (&routing->copies)) != NULL)
+    copy_free (copy);
 
   send_due_fences (routing);
   remove_timeout (routing->loop, routing->send_fences);
   remove_timeout (routing->loop, routing->send_departures);
+  dbus_message_free_data_slot (&commits_slot);
   dbus_message_free_data_slot (&fence_slot);
   dbus_message_free_data_slot (&arrival_slot);
   dbus_free (routing);
+}
+
+void
+bus_mcast_routing_take_copy (BusMcastRouting  *routing,
+                             dbus_uint64_t     sender_id,
+                             dbus_uint32_t     commits,
+                             const DBusString *packet,
+                             int               len)
+{
+  const char *data = _dbus_string_get_const_data_len (packet, 0, len);
+  DBusError error = DBUS_ERROR_INIT;
+  DBusList *link = NULL;
+  Copy *copy;
+
+  /* The kernel queued it for nobody else: wait for memory rather than
+   * lose it */
+  while ((copy = dbus_new0 (Copy, 1)) == NULL ||
+         (link = _dbus_list_alloc_link (copy)) == NULL)
+    {
+      dbus_free (copy);
+      _dbus_wait_for_memory ();
+    }
+  copy->sender_id = sender_id;
+
+  /* One whole message in either byte order, as the loader of the
+   * sender's connection would have taken it */
+  if (dbus_message_demarshal_bytes_needed (data, len) == len)
+    {
+      while ((copy->message = dbus_message_demarshal (data, len, &error)) == NULL &&
+             dbus_error_has_name (&error, DBUS_ERROR_NO_MEMORY))
+        {
+          dbus_error_free (&error);
+          _dbus_wait_for_memory ();
+        }
+      dbus_error_free (&error);
+    }
+
+  if (copy->message != NULL &&
+      dbus_message_get_destination (copy->message) != NULL)
+    {
+      while (!dbus_message_set_data (copy->message, commits_slot,
+                                     (void *) (uintptr_t) ((uintptr_t) commits + 1),
+                                     NULL))
+        _dbus_wait_for_memory ();
+    }
+
+  _dbus_list_append_link (&routing->copies, link);
+}
+
+/* The connection of the member with kernel id @sender_id, or NULL once it
+ * has gone */
+static DBusConnection *
+member_of_id (BusMcastRouting *routing,
+              dbus_uint64_t    sender_id)
+{
+  char name[sizeof (":4294967295.4294967295")];
+  BusService *service;
+  DBusString str;
+
+  snprintf (name, sizeof (name), ":%u.%u", (unsigned int) (sender_id >> 32),
+            (unsigned int) (sender_id & 0xffffffffu));
+  _dbus_string_init_const (&str, name);
+  service = bus_registry_lookup (bus_context_get_registry (routing->context),
+                                 &str);
+  return service != NULL ? bus_service_get_primary_owners_connection (service) : NULL;
+}
+
+void
+bus_mcast_routing_route_copies (BusMcastRouting *routing)
+{
+  Copy *copy;
+
+  /* Dispatching a copy comes back here (bus_dispatch_group_copy()) */
+  if (routing->routing_copies)
+    return;
+
+  routing->routing_copies = TRUE;
+  bus_mcast_observer_drain (bus_context_get_mcast_observer (routing->context));
+  while ((copy = _dbus_list_pop_first (&routing->copies)) != NULL)
+    {
+      DBusConnection *sender = member_of_id (routing, copy->sender_id);
+
+      /* A member that sends the group what is not one valid message has
+       * corrupted its stream, as far as the daemon is concerned */
+      if (sender != NULL && copy->message == NULL)
+        dbus_connection_close (sender);
+      else if (sender != NULL)
+        bus_dispatch_group_copy (sender, copy->message);
+      copy_free (copy);
+    }
+  routing->routing_copies = FALSE;
 }
 
 /* Strips @message, read from a member, of header fields the daemon does
@@ -538,8 +682,7 @@ bus_mcast_routing_delivered_by_kernel (DBusConnection *recipient,
   /* Addressed to a name that moved since it was sent: the kernel
    * delivered it by name if a member owned the name then, whoever owns
    * it now (bus_mcast_members_owner_then()) */
-  if (arrival == ARRIVED_FROM_GROUP &&
-      _dbus_seqpacket_message_get_commits (message, &commits) &&
+  if (arrival == ARRIVED_FROM_GROUP && commits_of (message, &commits) &&
       owns_destination (recipient, message))
     {
       const char *other;
@@ -593,7 +736,7 @@ bus_mcast_routing_route_as_sent (BusTransaction *transaction,
    * order. */
   if (*service == NULL || arrival_slot < 0 ||
       arrival_of (message) != ARRIVED_FROM_GROUP ||
-      !_dbus_seqpacket_message_get_commits (message, &commits) ||
+      !commits_of (message, &commits) ||
       destination[0] == ':')
     return TRUE;
 

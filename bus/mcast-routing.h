@@ -6,7 +6,10 @@
  * either from the group (a copy, UNIX_MREQ_SEND_TO_PEER, that the daemon's
  * copy filter let through because the daemon has a part in it) or
  * straight to the daemon with SCM_UNIX_DIRECT (it carries fds, or spans
- * several packets).  The kernel already delivered a group message to every
+ * several packets).  The kernel queues the copies of all members on one
+ * socket in the group's order (UNIX_GROUP_COPY_QUEUE), and this module
+ * dispatches them in that order, before anything a member sent straight
+ * after them, so that no client sees an answer before what it answers.  The kernel already delivered a group message to every
  * member whose filter wanted it, monitors included, so the daemon routes
  * it only to everyone else: the bus driver, classic clients, activation,
  * errors.  Monitors the daemon serves see it from the daemon's own member
@@ -49,8 +52,22 @@ typedef struct
   dbus_uint32_t straight;
 } BusMcastRoutingStats;
 
-BusMcastRouting *bus_mcast_routing_new                 (DBusLoop        *loop);
+BusMcastRouting *bus_mcast_routing_new                 (BusContext      *context);
 void             bus_mcast_routing_free                (BusMcastRouting *routing);
+
+/* A packet the kernel queued on the group's copy queue
+ * (UNIX_GROUP_COPY_QUEUE, which the daemon's own member reads): member
+ * @sender_id's message as the group delivered it when it had made
+ * @commits commits, kept until bus_mcast_routing_route_copies() */
+void             bus_mcast_routing_take_copy           (BusMcastRouting  *routing,
+                                                        dbus_uint64_t     sender_id,
+                                                        dbus_uint32_t     commits,
+                                                        const DBusString *packet,
+                                                        int               len);
+/* Reads what the kernel queued for the daemon and dispatches every copy,
+ * in the group's order, as if read from its sender's connection; from the
+ * main loop, and before a member's own message is dispatched */
+void             bus_mcast_routing_route_copies        (BusMcastRouting *routing);
 
 dbus_bool_t      bus_mcast_routing_received            (BusMcastRouting *routing,
                                                         DBusConnection  *sender,

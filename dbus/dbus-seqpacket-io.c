@@ -76,9 +76,6 @@ struct DBusSeqpacketFraming
 
 /* The message data slot holding a DBusSeqpacketDiverted */
 static dbus_int32_t diverted_slot = -1;
-/* The message data slot of a group copy the daemon read: the group's
- * commits when it was sent, plus one (0 is no data) */
-static dbus_int32_t commits_slot = -1;
 
 /** A group packet kept until the Hello reply */
 typedef struct
@@ -866,44 +863,9 @@ diverted_packet (DBusSeqpacketFraming        *framing,
   return got;
 }
 
-/* A group copy of the member's message, read on the daemon's end: a
- * whole message in host byte order, loaded here and, if it is addressed
- * to a name (which may have moved since), marked with the commits of the
- * filters it passed (_dbus_seqpacket_message_get_commits()).
- * Returns FALSE, leaving the packet to the loader unmarked, for one that
- * does not load (the loader then finds what is wrong with it), while
- * another message is in the buffer, or without memory. */
-static dbus_bool_t
-group_packet (DBusSeqpacketFraming *framing,
-              dbus_uint32_t         commits,
-              DBusString           *buffer,
-              int                   start,
-              int                   got)
-{
-  DBusMessage *message;
-
-  if (commits_slot < 0 || start != 0 || framing->remaining != 0 ||
-      framing->checked != NULL ||
-      _dbus_mcast_load_packet (0, buffer, start, got, &message) != DBUS_MCAST_KEEP)
-    return FALSE;
-
-  if (dbus_message_get_destination (message) != NULL &&
-      !dbus_message_set_data (message, commits_slot,
-                              (void *) (uintptr_t) ((uintptr_t) commits + 1),
-                              NULL))
-    {
-      dbus_message_unref (message);
-      return FALSE;
-    }
-
-  _dbus_string_set_length (buffer, start);
-  framing->checked = message;
-  return TRUE;
-}
-
 /**
- * Allocates the message data slots of diverted copies and group copies;
- * the daemon calls it before it admits anyone into a group, and
+ * Allocates the message data slot of diverted copies; the daemon calls it
+ * before it admits anyone into a group, and
  * _dbus_seqpacket_marks_deinit() as often when it is done.
  *
  * @returns #FALSE if no memory
@@ -911,16 +873,7 @@ group_packet (DBusSeqpacketFraming *framing,
 dbus_bool_t
 _dbus_seqpacket_marks_init (void)
 {
-  if (!dbus_message_allocate_data_slot (&diverted_slot))
-    return FALSE;
-
-  if (!dbus_message_allocate_data_slot (&commits_slot))
-    {
-      dbus_message_free_data_slot (&diverted_slot);
-      return FALSE;
-    }
-
-  return TRUE;
+  return dbus_message_allocate_data_slot (&diverted_slot);
 }
 
 /**
@@ -929,35 +882,7 @@ _dbus_seqpacket_marks_init (void)
 void
 _dbus_seqpacket_marks_deinit (void)
 {
-  dbus_message_free_data_slot (&commits_slot);
   dbus_message_free_data_slot (&diverted_slot);
-}
-
-/**
- * Whether a message the daemon read is a copy of a member's message from
- * the group addressed to a name, and how many UNIX_GROUP_COMMITs the
- * group had made when it was sent: the kernel filtered it with the
- * programs of that commit.
- *
- * @param message the message
- * @param commits where to return the number
- * @returns #TRUE for a group copy
- */
-dbus_bool_t
-_dbus_seqpacket_message_get_commits (DBusMessage   *message,
-                                     dbus_uint32_t *commits)
-{
-  uintptr_t data;
-
-  if (commits_slot < 0)
-    return FALSE;
-
-  data = (uintptr_t) dbus_message_get_data (message, commits_slot);
-  if (data == 0)
-    return FALSE;
-
-  *commits = (dbus_uint32_t) (data - 1);
-  return TRUE;
 }
 
 /**
@@ -980,14 +905,18 @@ _dbus_seqpacket_message_get_diverted (DBusMessage *message)
  * Reads one packet of a multicast group from @fd, the socket of a member
  * that only listens (dbus-daemon's own member, bus/mcast-observer.h) or
  * the acceptor's end of its connection, where the kernel diverts its
- * copies while it is full.  Nothing is checked: the caller loads the
- * message (_dbus_mcast_load_packet()).
+ * copies while it is full and, as the group's copy queue, queues every
+ * member's copy for the acceptor (UNIX_GROUP_COPY_QUEUE).  Nothing is
+ * checked: the caller loads the message (_dbus_mcast_load_packet()).
  *
  * @param fd the socket
  * @param buffer where the packet is appended
  * @param sender_id set to the kernel's id of the packet's sender
  * @param diverted on the acceptor's end, set to the divert sequence
- *   number of the copy; #NULL on the member's socket
+ *   number of a diverted copy; #NULL on the member's socket
+ * @param commits on the acceptor's end, set to how many UNIX_GROUP_COMMITs
+ *   the group had made when a member's copy for the acceptor was sent,
+ *   -1 for any other packet; #NULL on the member's socket
  * @returns the packet's length, 0 at end of stream, -1 with errno set
  *   (EAGAIN when there is none; EPROTO for a packet longer than
  *   #DBUS_SEQPACKET_FRAGMENT_SIZE, which was discarded, or without a
@@ -997,10 +926,13 @@ int
 _dbus_seqpacket_read_group_packet (DBusSocket             fd,
                                    DBusString            *buffer,
                                    dbus_uint64_t         *sender_id,
-                                   DBusSeqpacketDiverted *diverted)
+                                   DBusSeqpacketDiverted *diverted,
+                                   dbus_int64_t          *commits)
 {
+  if (commits != NULL)
+    *commits = -1;
   return read_packet (fd, buffer, DBUS_SEQPACKET_FRAGMENT_SIZE, NULL, NULL,
-                      sender_id, diverted, NULL);
+                      sender_id, diverted, commits);
 }
 
 /**
@@ -1028,7 +960,6 @@ _dbus_seqpacket_read_message (DBusSeqpacketFraming *framing,
   int start = _dbus_string_get_length (buffer);
   dbus_uint64_t sender_id = 0;
   DBusSeqpacketDiverted diverted = { 0, 0, FALSE };
-  dbus_int64_t group_commits = -1;
   int got;
   const char *violation;
 
@@ -1038,8 +969,7 @@ _dbus_seqpacket_read_message (DBusSeqpacketFraming *framing,
 
   got = read_packet (fd, buffer, DBUS_SEQPACKET_FRAGMENT_SIZE, fds, n_fds,
                      framing->member != NULL ? &sender_id : NULL,
-                     framing->server ? &diverted : NULL,
-                     framing->server ? &group_commits : NULL);
+                     framing->server ? &diverted : NULL, NULL);
   if (got < 0 && errno == EPROTO && (sender_id != 0 || diverted.seq != 0))
     {
       /* Another member's packet, too long for any reader: the kernel
@@ -1067,10 +997,6 @@ _dbus_seqpacket_read_message (DBusSeqpacketFraming *framing,
       _dbus_assert (fds == NULL || *n_fds == 0);
       return peer_packet (framing, sender_id, buffer, start, got);
     }
-
-  if (group_commits >= 0 && group_packet (framing, group_commits, buffer,
-                                          start, got))
-    return got;
 
   violation = check_framing (framing,
                              (const unsigned char *)

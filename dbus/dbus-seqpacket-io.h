@@ -28,9 +28,9 @@
  * sequence number is not lost), and when the daemon sends that
  * message back to the member, it goes out under its original sender's id
  * (SCM_UNIX_SENDER_ID), so that the member sees what the group would have
- * delivered.  A copy of the member's own message from the group
- * (UNIX_MREQ_SEND_TO_PEER) addressed to a name is marked with the group's
- * commits when it was sent (_dbus_seqpacket_message_get_commits()).
+ * delivered.  Copies of members' messages for the daemon
+ * (UNIX_MREQ_SEND_TO_PEER) do not come here: the kernel queues them all
+ * on one socket, in the group's order (_dbus_seqpacket_read_group_packet()).
  *
  * A receiver that sees anything else (a packet holding more than one
  * message, a short fragment, a fragment that is too long, an invalid fixed
@@ -108,7 +108,8 @@ DBUS_PRIVATE_EXPORT
 int _dbus_seqpacket_read_group_packet (DBusSocket             fd,
                                        DBusString            *buffer,
                                        dbus_uint64_t         *sender_id,
-                                       DBusSeqpacketDiverted *diverted);
+                                       DBusSeqpacketDiverted *diverted,
+                                       dbus_int64_t          *commits);
 
 DBUS_PRIVATE_EXPORT
 dbus_bool_t                  _dbus_seqpacket_marks_init           (void);
@@ -116,9 +117,6 @@ DBUS_PRIVATE_EXPORT
 void                         _dbus_seqpacket_marks_deinit         (void);
 DBUS_PRIVATE_EXPORT
 const DBusSeqpacketDiverted *_dbus_seqpacket_message_get_diverted (DBusMessage *message);
-DBUS_PRIVATE_EXPORT
-dbus_bool_t                  _dbus_seqpacket_message_get_commits  (DBusMessage   *message,
-                                                                   dbus_uint32_t *commits);
 int _dbus_seqpacket_write_message  (DBusSeqpacketFraming *framing,
                                     DBusSocket            fd,
                                     const DBusString     *header,

@@ -2362,6 +2362,85 @@ test_full_member_order (gconstpointer data)
   peer_free (filler);
 }
 
+/* How many signals the emitter of /order/causal sends ahead of the one
+ * that makes another member answer, and how long each is: enough that
+ * the daemon is still working through them when the answer comes */
+#define CAUSAL_BACKLOG 200
+#define CAUSAL_SIZE 2048
+
+static gboolean
+is_causal_signal (DBusMessage *m, gconstpointer data)
+{
+  return dbus_message_is_signal (m, TEST_IFACE, "Tick") ||
+      dbus_message_is_signal (m, TEST_IFACE, "Trigger") ||
+      dbus_message_is_signal (m, TEST_IFACE, "Answer");
+}
+
+/* A member's signal that a classic client and another member both want,
+ * and the other member's answer to it, reach the classic client in that
+ * order: stock reads the first before anyone can see it, so it handles
+ * the answer after it.  The emitter sends a backlog first, so that the
+ * daemon has not read the first signal yet when the answer comes. */
+static void
+test_causal_order (gconstpointer data)
+{
+  Peer *emitter = peer_new (PEER_MEMBER);
+  Peer *answerer = peer_new (PEER_MEMBER);
+  Peer *watcher = peer_new (peer_kind_from_string (data));
+  gchar *payload = g_strnfill (CAUSAL_SIZE, 'c');
+  guint64 copies = 0;
+  DBusMessage *m;
+  guint i;
+
+  peer_add_match (watcher, "type='signal',interface='" TEST_IFACE "'");
+  peer_add_match (answerer, "type='signal',interface='" TEST_IFACE "',member='Trigger'");
+  if (kernel_has_mcast ())
+    copies = get_stat (emitter, "MulticastCopiesDispatched");
+
+  for (i = 0; i < CAUSAL_BACKLOG; i++)
+    {
+      m = new_signal (TEST_PATH, TEST_IFACE, "Tick", payload, i);
+      peer_send (emitter, m);
+      dbus_message_unref (m);
+    }
+  m = new_signal (TEST_PATH, TEST_IFACE, "Trigger", "", 0);
+  peer_send (emitter, m);
+  dbus_message_unref (m);
+
+  m = peer_wait (answerer, is_signal_named, "Trigger");
+  dbus_message_unref (m);
+  m = new_signal (TEST_PATH, TEST_IFACE, "Answer", "", 0);
+  peer_send (answerer, m);
+  dbus_message_unref (m);
+
+  for (i = 0; i < CAUSAL_BACKLOG; i++)
+    {
+      m = peer_wait (watcher, is_causal_signal, NULL);
+      if (!dbus_message_is_signal (m, TEST_IFACE, "Tick"))
+        g_error ("%s reached the classic client before signal %u of %u",
+                 dbus_message_get_member (m), i, CAUSAL_BACKLOG);
+      g_assert_cmpuint (signal_seq (m), ==, i);
+      dbus_message_unref (m);
+    }
+  m = peer_wait (watcher, is_causal_signal, NULL);
+  g_assert_true (is_signal_named (m, "Trigger"));
+  dbus_message_unref (m);
+  m = peer_wait (watcher, is_causal_signal, NULL);
+  g_assert_true (is_signal_named (m, "Answer"));
+  g_assert_cmpstr (dbus_message_get_sender (m), ==, answerer->name);
+  dbus_message_unref (m);
+
+  /* The members' signals went through the group: the daemon got copies */
+  if (kernel_has_mcast ())
+    g_assert_cmpuint (get_stat (emitter, "MulticastCopiesDispatched"), >=,
+                      copies + CAUSAL_BACKLOG + 2);
+
+  g_free (payload);
+  peer_free (watcher);
+  peer_free (answerer);
+  peer_free (emitter);
+}
+
 /* ---- a callee that leaves without replying --------------------------------- */
 
 static gboolean
@@ -4491,6 +4570,8 @@ main (int    argc,
       ADDF (test_request_name_order, kinds[i], "/order/request-name/%s", kinds[i]);
     }
   ADD ("/order/full-member", test_full_member_order, NULL);
+  ADD ("/order/causal/classic", test_causal_order, "classic");
+  ADD ("/order/causal/gdbus", test_causal_order, "gdbus");
   ADD ("/self/member", test_self, "member");
   ADD ("/self/classic", test_self, "classic");
   for (i = 0; i < G_N_ELEMENTS (libdbus_pairs); i++)
