@@ -75,6 +75,7 @@ struct BusMcastRouting
   DBusLoop *loop;
   DBusTimeout *send_fences;    /**< enabled while fences are due */
   DBusTimeout *send_departures; /**< enabled while departures are due */
+  DBusTimeout *route_copies;   /**< enabled while copies wait for no event */
   DBusList *due;               /**< Fence *, in the order they fell due */
   DBusList *departures;        /**< Departure *, in the order members left */
   DBusList *copies;            /**< Copy *, in the group's order */
@@ -339,6 +340,19 @@ send_due_departures (void *data)
   return TRUE;
 }
 
+/* Copies a drain took while a transaction was going out (monitors are
+ * connected) wait in the list: the copy queue may have nothing more to
+ * wake the main loop with */
+static dbus_bool_t
+route_due_copies (void *data)
+{
+  BusMcastRouting *routing = data;
+
+  _dbus_timeout_disable (routing->route_copies);
+  bus_mcast_routing_route_copies (routing);
+  return TRUE;
+}
+
 /* A disabled timeout of @loop that calls @function */
 static DBusTimeout *
 add_timeout (DBusLoop               *loop,
@@ -405,7 +419,9 @@ bus_mcast_routing_new (BusContext *context)
   routing->send_fences = add_timeout (loop, 0, send_due_fences, routing);
   routing->send_departures = add_timeout (loop, DEPARTURES_DELAY_MS,
                                           send_due_departures, routing);
-  if (routing->send_fences == NULL || routing->send_departures == NULL)
+  routing->route_copies = add_timeout (loop, 0, route_due_copies, routing);
+  if (routing->send_fences == NULL || routing->send_departures == NULL ||
+      routing->route_copies == NULL)
     goto failed;
 
   if (!dbus_message_allocate_data_slot (&arrival_slot))
@@ -429,6 +445,7 @@ bus_mcast_routing_new (BusContext *context)
  failed:
   remove_timeout (loop, routing->send_fences);
   remove_timeout (loop, routing->send_departures);
+  remove_timeout (loop, routing->route_copies);
   dbus_free (routing);
   return NULL;
 }
@@ -451,6 +468,7 @@ bus_mcast_routing_free (BusMcastRouting *routing)
   send_due_fences (routing);
   remove_timeout (routing->loop, routing->send_fences);
   remove_timeout (routing->loop, routing->send_departures);
+  remove_timeout (routing->loop, routing->route_copies);
   dbus_message_free_data_slot (&commits_slot);
   dbus_message_free_data_slot (&fence_slot);
   dbus_message_free_data_slot (&arrival_slot);
@@ -502,6 +520,8 @@ bus_mcast_routing_take_copy (BusMcastRouting  *routing,
     }
 
   _dbus_list_append_link (&routing->copies, link);
+  if (!routing->routing_copies)
+    _dbus_timeout_restart (routing->route_copies, 0);
 }
 
 /* The connection of the member with kernel id @sender_id, or NULL once it

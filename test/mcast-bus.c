@@ -2376,22 +2376,56 @@ is_causal_signal (DBusMessage *m, gconstpointer data)
       dbus_message_is_signal (m, TEST_IFACE, "Answer");
 }
 
+/* Checks that @p got the emitter's signals of /order/causal in order, then
+ * the trigger, then @answerer's answer */
+static void
+assert_causal_order (Peer *p,
+                     Peer *answerer)
+{
+  DBusMessage *m;
+  guint i;
+
+  for (i = 0; i < CAUSAL_BACKLOG; i++)
+    {
+      m = peer_wait (p, is_causal_signal, NULL);
+      if (!dbus_message_is_signal (m, TEST_IFACE, "Tick"))
+        g_error ("%s reached %s before signal %u of %u",
+                 dbus_message_get_member (m), p->name, i, CAUSAL_BACKLOG);
+      g_assert_cmpuint (signal_seq (m), ==, i);
+      dbus_message_unref (m);
+    }
+  m = peer_wait (p, is_causal_signal, NULL);
+  g_assert_true (is_signal_named (m, "Trigger"));
+  dbus_message_unref (m);
+  m = peer_wait (p, is_causal_signal, NULL);
+  g_assert_true (is_signal_named (m, "Answer"));
+  g_assert_cmpstr (dbus_message_get_sender (m), ==, answerer->name);
+  dbus_message_unref (m);
+}
+
 /* A member's signal that a classic client and another member both want,
  * and the other member's answer to it, reach the classic client in that
  * order: stock reads the first before anyone can see it, so it handles
  * the answer after it.  The emitter sends a backlog first, so that the
- * daemon has not read the first signal yet when the answer comes. */
+ * daemon has not read the first signal yet when the answer comes.
+ * "monitored": a libdbus classic client watches while a classic monitor
+ * is connected, which makes the daemon read the group while its
+ * transactions go out, and sees the same order. */
 static void
 test_causal_order (gconstpointer data)
 {
+  gboolean monitored = g_str_equal (data, "monitored");
+  Peer *monitor = monitored ? peer_new (PEER_CLASSIC) : NULL;
   Peer *emitter = peer_new (PEER_MEMBER);
   Peer *answerer = peer_new (PEER_MEMBER);
-  Peer *watcher = peer_new (peer_kind_from_string (data));
+  Peer *watcher = peer_new (monitored ? PEER_CLASSIC : peer_kind_from_string (data));
   gchar *payload = g_strnfill (CAUSAL_SIZE, 'c');
   guint64 copies = 0;
   DBusMessage *m;
   guint i;
 
+  if (monitor != NULL)
+    become_monitor (monitor);
   peer_add_match (watcher, "type='signal',interface='" TEST_IFACE "'");
   peer_add_match (answerer, "type='signal',interface='" TEST_IFACE "',member='Trigger'");
   if (kernel_has_mcast ())
@@ -2413,22 +2447,12 @@ test_causal_order (gconstpointer data)
   peer_send (answerer, m);
   dbus_message_unref (m);
 
-  for (i = 0; i < CAUSAL_BACKLOG; i++)
+  assert_causal_order (watcher, answerer);
+  if (monitor != NULL)
     {
-      m = peer_wait (watcher, is_causal_signal, NULL);
-      if (!dbus_message_is_signal (m, TEST_IFACE, "Tick"))
-        g_error ("%s reached the classic client before signal %u of %u",
-                 dbus_message_get_member (m), i, CAUSAL_BACKLOG);
-      g_assert_cmpuint (signal_seq (m), ==, i);
-      dbus_message_unref (m);
+      assert_causal_order (monitor, answerer);
+      peer_free (monitor);
     }
-  m = peer_wait (watcher, is_causal_signal, NULL);
-  g_assert_true (is_signal_named (m, "Trigger"));
-  dbus_message_unref (m);
-  m = peer_wait (watcher, is_causal_signal, NULL);
-  g_assert_true (is_signal_named (m, "Answer"));
-  g_assert_cmpstr (dbus_message_get_sender (m), ==, answerer->name);
-  dbus_message_unref (m);
 
   /* The members' signals went through the group: the daemon got copies */
   if (kernel_has_mcast ())
@@ -4572,6 +4596,7 @@ main (int    argc,
   ADD ("/order/full-member", test_full_member_order, NULL);
   ADD ("/order/causal/classic", test_causal_order, "classic");
   ADD ("/order/causal/gdbus", test_causal_order, "gdbus");
+  ADD ("/order/causal/monitored", test_causal_order, "monitored");
   ADD ("/self/member", test_self, "member");
   ADD ("/self/classic", test_self, "classic");
   for (i = 0; i < G_N_ELEMENTS (libdbus_pairs); i++)
