@@ -20,6 +20,7 @@
 #include <dbus/dbus-mcast-member.h>
 #include <dbus/dbus-mcast-uapi.h>
 #include <dbus/dbus-match-rule.h>
+#include "activation.h"
 #include "connection.h"
 #include "mcast-filter.h"
 #include "mcast-observer.h"
@@ -1035,6 +1036,75 @@ update_daemon_program (BusMcastMembers *members,
   return TRUE;
 }
 
+dbus_bool_t
+bus_mcast_members_is_activatable (BusMcastMembers *members,
+                                  const char      *name)
+{
+  dbus_bool_t found = FALSE;
+  char **names;
+  int n, i;
+
+  if (!bus_activation_list_services (bus_context_get_activation (members->context),
+                                     &names, &n))
+    return TRUE;
+
+  for (i = 0; i < n && !found; i++)
+    found = strcmp (names[i], name) == 0;
+  dbus_free_string_array (names);
+  return found;
+}
+
+/* Whether the daemon delivers a group copy addressed to @name, which
+ * goes into a member's hands with this flush, to that member if it reads
+ * the copy after the commit (bus_mcast_routing_route_as_sent()): the name
+ * was nobody's and may start a service, or who had it is not known */
+static dbus_bool_t
+late_copies_follow (BusMcastMembers *members,
+                    const char      *name)
+{
+  const char *other;
+
+  if (name[0] == ':' ||
+      _dbus_hash_table_lookup_string (members->owned, name) != NULL)
+    return FALSE;
+
+  other = _dbus_hash_table_lookup_string (members->last_others, name);
+  return other == NULL ||
+         (other[0] == '\0' && bus_mcast_members_is_activatable (members, name));
+}
+
+/* Diverts each member that takes a name whose late copies the daemon
+ * delivers to it, before the commit: what the kernel delivers to it after
+ * the commit then reaches the daemon, which queues it behind the late
+ * copies (it routes the copy queue before it takes a diverted copy).  A
+ * member the kernel does not divert gets a late copy after newer ones,
+ * as before: nothing is lost. */
+static void
+divert_new_owners (BusMcastMembers *members)
+{
+  DBusList *link, *name;
+  int fd, on = 1;
+
+  for (link = _dbus_list_get_first_link (&members->members);
+       link != NULL;
+       link = _dbus_list_get_next_link (&members->members, link))
+    {
+      BusMcastConnection *mc = link->data;
+
+      for (name = _dbus_list_get_first_link (&mc->names);
+           name != NULL && !late_copies_follow (members, name->data);
+           name = _dbus_list_get_next_link (&mc->names, name))
+        ;
+
+      if (name != NULL &&
+          (!dbus_connection_get_socket (mc->connection, &fd) ||
+           setsockopt (fd, SOL_UNIX, UNIX_PEER_DIVERT, &on, sizeof (on)) != 0))
+        _dbus_verbose ("dbus-mcast: cannot divert %s before it takes %s: %s\n",
+                       bus_connection_get_name (mc->connection),
+                       (const char *) name->data, _dbus_strerror (errno));
+    }
+}
+
 /* Installs every program the flush staged with one UNIX_GROUP_COMMIT: a
  * message is filtered by all of them or by none, so a name moving from
  * one member to another reaches exactly one of them (doc/design.md).
@@ -1054,7 +1124,10 @@ commit_staged (BusMcastMembers *members)
        link = _dbus_list_get_next_link (&members->members, link))
     ;
   if (link != NULL)
-    committer = group_connection (members);
+    {
+      committer = group_connection (members);
+      divert_new_owners (members);
+    }
 
   if (link != NULL &&
       (committer == NULL ||

@@ -79,6 +79,9 @@ typedef enum
 } BusMcastOwner;
 
 void             bus_mcast_members_flush          (BusMcastMembers   *members);
+/* Whether a service file names @name (without memory, taken to) */
+dbus_bool_t      bus_mcast_members_is_activatable (BusMcastMembers   *members,
+                                                   const char        *name);
 BusMcastOwner    bus_mcast_members_owner_then     (BusMcastMembers   *members,
                                                    const char        *name,
                                                    dbus_uint32_t      commits,

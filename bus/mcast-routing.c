@@ -21,7 +21,6 @@
 #include <dbus/dbus-seqpacket-io.h>
 #include <dbus/dbus-sysdeps.h>
 #include <dbus/dbus-timeout.h>
-#include "activation.h"
 #include "connection.h"
 #include "dispatch.h"
 #include "mcast-members.h"
@@ -35,6 +34,8 @@ typedef enum
 {
   ARRIVED_FROM_GROUP = 1,
   ARRIVED_STRAIGHT,
+  ARRIVED_STRAIGHT_TO_START,   /**< straight, waiting for the service it
+                                    starts: its sender need not wait */
   ARRIVED_OBSERVED,            /**< read by the daemon's own member */
   ARRIVED_OVER_REPLY_LIMIT     /**< straight, a call its sender's libdbus
                                     found over the reply limit */
@@ -124,7 +125,8 @@ static dbus_bool_t
 waits_for_fence (Arrival      arrival,
                  DBusMessage *message)
 {
-  return arrival == ARRIVED_STRAIGHT || arrival == ARRIVED_OVER_REPLY_LIMIT ||
+  return arrival == ARRIVED_STRAIGHT || arrival == ARRIVED_STRAIGHT_TO_START ||
+         arrival == ARRIVED_OVER_REPLY_LIMIT ||
          (arrival == ARRIVED_FROM_GROUP && _dbus_mcast_is_fenced (message));
 }
 
@@ -717,25 +719,6 @@ bus_mcast_routing_delivered_by_kernel (DBusConnection *recipient,
          bus_mcast_members_gets_group_traffic (recipient);
 }
 
-/* Whether a service file names @name (without memory, taken to) */
-static dbus_bool_t
-is_activatable (BusContext *context,
-                const char *name)
-{
-  dbus_bool_t found = FALSE;
-  char **names;
-  int n, i;
-
-  if (!bus_activation_list_services (bus_context_get_activation (context),
-                                     &names, &n))
-    return TRUE;
-
-  for (i = 0; i < n && !found; i++)
-    found = strcmp (names[i], name) == 0;
-  dbus_free_string_array (names);
-  return found;
-}
-
 dbus_bool_t
 bus_mcast_routing_route_as_sent (BusTransaction *transaction,
                                  DBusConnection *sender,
@@ -768,7 +751,8 @@ bus_mcast_routing_route_as_sent (BusTransaction *transaction,
        * service, which would then start again: stock would have held it
        * for the activation, and delivered it to the new owner */
       if (!dbus_message_get_auto_start (message) ||
-          !is_activatable (context, destination))
+          !bus_mcast_members_is_activatable (bus_context_get_mcast_members (context),
+                                             destination))
         *service = NULL;
       return TRUE;
 
@@ -816,6 +800,15 @@ bus_mcast_routing_hand_over (DBusMessage *message)
    * filter could pass at the time it was sent: the daemon delivers it. */
   if (arrival_of (message) == ARRIVED_FROM_GROUP)
     dbus_message_set_data (message, arrival_slot, NULL, NULL);
+
+  /* Its sender need not wait for the service, as with stock: what it
+   * sends the name next reaches the daemon, which queues it behind this
+   * one for the activation, or, once a member has the name, comes
+   * through the daemon behind this one (the new owner was diverted
+   * before it got the name, and this one holds it when delivered) */
+  if (arrival_of (message) == ARRIVED_STRAIGHT)
+    dbus_message_set_data (message, arrival_slot,
+                           (void *) (uintptr_t) ARRIVED_STRAIGHT_TO_START, NULL);
 }
 
 DBusMessage *
@@ -888,6 +881,12 @@ bus_mcast_routing_fence (BusMcastRouting *routing,
 
   if (!is_fenced (message))
     return;
+
+  if (arrival_of (message) == ARRIVED_STRAIGHT_TO_START)
+    {
+      send_fence_now (routing, sender, message);
+      return;
+    }
 
   fence = dbus_new0 (Fence, 1);
   if (fence != NULL)

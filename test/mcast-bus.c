@@ -87,6 +87,7 @@ static const gchar *replies_address;
 static const gchar *reloading_address;
 static const gchar *reloading_config;
 static const gchar *activatable_name;
+static const gchar *slow_activatable_name;
 
 /* The entries of a bus address list with the given transport */
 static gchar *
@@ -1612,13 +1613,158 @@ is_name_vanished (DBusMessage *m, gconstpointer name)
 /* A call to the activatable name starts the service (dbus-test-tool echo,
  * an empty reply to any call); stopping it afterwards leaves the next
  * test a name to activate again */
+/* Stops the service that owns @name and waits until it has gone */
+static void
+stop_service (Peer        *p,
+              const gchar *name)
+{
+  gchar *rule = g_strdup_printf ("type='signal',member='NameOwnerChanged',arg0='%s'",
+                                 name);
+  DBusMessage *reply, *vanished;
+  dbus_uint32_t pid = 0;
+
+  peer_add_match (p, rule);
+  g_free (rule);
+  reply = driver_call (p, DBUS_INTERFACE_DBUS, "GetConnectionUnixProcessID",
+                       DBUS_TYPE_STRING, &name, DBUS_TYPE_INVALID);
+  g_assert_true (dbus_message_get_args (reply, NULL, DBUS_TYPE_UINT32, &pid,
+                                        DBUS_TYPE_INVALID));
+  dbus_message_unref (reply);
+  g_assert_cmpint (kill (pid, SIGTERM), ==, 0);
+  vanished = peer_wait (p, is_name_vanished, name);
+  dbus_message_unref (vanished);
+}
+
+static gboolean
+name_has_owner (Peer        *p,
+                const gchar *name)
+{
+  DBusMessage *reply = driver_call (p, DBUS_INTERFACE_DBUS, "NameHasOwner",
+                                    DBUS_TYPE_STRING, &name, DBUS_TYPE_INVALID);
+  dbus_bool_t has = FALSE;
+
+  g_assert_true (dbus_message_get_args (reply, NULL, DBUS_TYPE_BOOLEAN, &has,
+                                        DBUS_TYPE_INVALID));
+  dbus_message_unref (reply);
+  return has;
+}
+
+typedef struct
+{
+  const dbus_uint32_t *serials;
+  guint n;
+} SerialSet;
+
+static gboolean
+is_reply_to_one_of (DBusMessage *m, gconstpointer data)
+{
+  const SerialSet *set = data;
+  guint i;
+
+  for (i = 0; i < set->n; i++)
+    if (dbus_message_get_reply_serial (m) == set->serials[i])
+      return TRUE;
+  return FALSE;
+}
+
+/* Waits for a method return to each of the @n calls @serials, which must
+ * come in that order, and checks that no call got a second answer */
+static void
+expect_returns_in_order (Peer                *caller,
+                         const dbus_uint32_t *serials,
+                         guint                n)
+{
+  SerialSet set = { serials, n };
+  DBusMessage *reply;
+  GList *l;
+  guint i;
+
+  for (i = 0; i < n; i++)
+    {
+      reply = peer_wait (caller, is_reply_to_one_of, &set);
+      g_assert_cmpint (dbus_message_get_type (reply), ==, DBUS_MESSAGE_TYPE_METHOD_RETURN);
+      g_assert_cmpuint (dbus_message_get_reply_serial (reply), ==, serials[i]);
+      dbus_message_unref (reply);
+    }
+  peer_sync (caller);
+  peer_stash_arrived (caller);
+  for (l = caller->stash.head; l != NULL; l = l->next)
+    g_assert_false (is_reply_to_one_of (l->data, &set));
+}
+
+/* How many calls /activation/sender-goes-on makes to the service while
+ * it starts, and after */
+#define STARTING_CALLS 4
+#define STARTED_CALLS 3
+
+/* A member's message that starts a service waits for the service, but
+ * its sender does not, as with stock: the caller sends an fd (which goes
+ * to the daemon alone, fenced) to a name whose service takes seconds to
+ * start (a member too), then more calls to it, then calls another member,
+ * and gets that answer while the service is still starting.  The service
+ * gets every call once, in the order they were sent, also those sent
+ * once it is up. */
+static void
+test_activation_sender_goes_on (gconstpointer data)
+{
+  dbus_uint32_t serials[1 + STARTING_CALLS + STARTED_CALLS];
+  Peer *caller, *server;
+  DBusMessage *m;
+  guint64 members = 0;
+  guint i;
+  int fd;
+
+  if (slow_activatable_name == NULL)
+    {
+      g_test_skip ("DBUS_MCAST_TEST_SLOW_ACTIVATABLE is not set");
+      return;
+    }
+  caller = peer_new (PEER_MEMBER);
+  server = peer_new (PEER_MEMBER);
+  if (kernel_has_mcast ())
+    members = get_stat (caller, "MulticastMembers");
+
+  fd = open ("/dev/null", O_RDONLY | O_CLOEXEC);
+  g_assert_cmpint (fd, >=, 0);
+  m = new_call (slow_activatable_name, "Echo", "with an fd");
+  g_assert_true (dbus_message_append_args (m, DBUS_TYPE_UNIX_FD, &fd, DBUS_TYPE_INVALID));
+  serials[0] = peer_send (caller, m);
+  dbus_message_unref (m);
+  close (fd);
+  for (i = 1; i <= STARTING_CALLS; i++)
+    {
+      m = new_call (slow_activatable_name, "Echo", "while it starts");
+      serials[i] = peer_send (caller, m);
+      dbus_message_unref (m);
+    }
+
+  dbus_message_unref (call_served (caller, server, server->name, "Echo", "meanwhile"));
+  g_assert_false (name_has_owner (caller, slow_activatable_name));
+
+  /* The service answers in the order it got the calls, once it is up;
+   * then the calls sent after that */
+  expect_returns_in_order (caller, serials, 1 + STARTING_CALLS);
+  for (i = 1 + STARTING_CALLS; i < G_N_ELEMENTS (serials); i++)
+    {
+      m = new_call (slow_activatable_name, "Echo", "once it is up");
+      serials[i] = peer_send (caller, m);
+      dbus_message_unref (m);
+    }
+  expect_returns_in_order (caller, serials + 1 + STARTING_CALLS, STARTED_CALLS);
+
+  /* The service was a member */
+  if (kernel_has_mcast ())
+    g_assert_cmpuint (get_stat (caller, "MulticastMembers"), ==, members + 1);
+  stop_service (caller, slow_activatable_name);
+  peer_free (server);
+  peer_free (caller);
+}
+
 static void
 test_activation (gconstpointer data)
 {
   Peer *caller = peer_new (peer_kind_from_string (data));
-  DBusMessage *call, *reply, *vanished;
-  dbus_uint32_t pid = 0;
-  gchar *rule;
+  DBusMessage *call, *reply;
 
   if (activatable_name == NULL)
     {
@@ -1626,10 +1772,6 @@ test_activation (gconstpointer data)
       peer_free (caller);
       return;
     }
-  rule = g_strdup_printf ("type='signal',member='NameOwnerChanged',arg0='%s'",
-                          activatable_name);
-  peer_add_match (caller, rule);
-  g_free (rule);
 
   call = new_call (activatable_name, "Echo", "wake up");
   reply = peer_call (caller, call);
@@ -1638,14 +1780,7 @@ test_activation (gconstpointer data)
   dbus_message_unref (reply);
   dbus_message_unref (call);
 
-  reply = driver_call (caller, DBUS_INTERFACE_DBUS, "GetConnectionUnixProcessID",
-                       DBUS_TYPE_STRING, &activatable_name, DBUS_TYPE_INVALID);
-  g_assert_true (dbus_message_get_args (reply, NULL, DBUS_TYPE_UINT32, &pid,
-                                        DBUS_TYPE_INVALID));
-  dbus_message_unref (reply);
-  g_assert_cmpint (kill (pid, SIGTERM), ==, 0);
-  vanished = peer_wait (caller, is_name_vanished, activatable_name);
-  dbus_message_unref (vanished);
+  stop_service (caller, activatable_name);
   peer_free (caller);
 }
 
@@ -4543,6 +4678,7 @@ main (int    argc,
   reloading_address = g_getenv ("DBUS_MCAST_TEST_RELOADING_ADDRESS");
   reloading_config = g_getenv ("DBUS_MCAST_TEST_RELOADING_CONFIG");
   activatable_name = g_getenv ("DBUS_MCAST_TEST_ACTIVATABLE");
+  slow_activatable_name = g_getenv ("DBUS_MCAST_TEST_SLOW_ACTIVATABLE");
   if (bus_address == NULL || g_getenv ("DBUS_MCAST_STAGE") == NULL)
     {
       g_printerr ("%s: run by test/bus/run, which starts the buses it tests "
@@ -4578,6 +4714,7 @@ main (int    argc,
       ADDF (test_no_such_name, kinds[i], "/calls/no-such-name/%s", kinds[i]);
       ADDF (test_activation, kinds[i], "/activation/%s", kinds[i]);
     }
+  ADD ("/activation/sender-goes-on", test_activation_sender_goes_on, NULL);
   for (i = 0; i < G_N_ELEMENTS (triples_names); i++)
     ADDF (test_names, triples_names[i], "/names/%s", triples_names[i]);
   ADD ("/names/recompile", test_names_recompile, NULL);
