@@ -81,6 +81,7 @@ struct BusMcastMembers
   DBusList *members;           /**< BusMcastConnection *, admitted ones */
   DBusList *classic;           /**< BusMcastConnection *, classic ones with rules */
   dbus_uint32_t compilations;  /**< members' peer filters compiled */
+  dbus_uint32_t group_holds;   /**< transactions that held the group */
   int n_classic_monitors;      /**< monitors the daemon serves, from its
                                     own member of the group */
   dbus_uint32_t commits;       /**< UNIX_GROUP_COMMITs made: the group's count */
@@ -1172,6 +1173,49 @@ commit_staged (BusMcastMembers *members)
     }
   members->daemon_staged = FALSE;
   dbus_error_free (&failed);
+}
+
+dbus_bool_t
+bus_mcast_members_hold (BusMcastMembers *members,
+                        DBusList        *connections)
+{
+  DBusList *link;
+  int senders = 0;
+
+  if (members == NULL || members->members == NULL)
+    return FALSE;
+
+  /* Monitors send nothing to the group */
+  for (link = _dbus_list_get_first_link (&connections);
+       link != NULL && senders < 2;
+       link = _dbus_list_get_next_link (&connections, link))
+    {
+      BusMcastConnection *mc = mcast_connection_get (link->data);
+
+      if (mc != NULL && mc->member && !mc->monitor)
+        senders += 1;
+    }
+
+  if (senders < 2 ||
+      !bus_mcast_observer_hold (bus_context_get_mcast_observer (members->context),
+                                TRUE))
+    return FALSE;
+
+  members->group_holds += 1;
+  return TRUE;
+}
+
+dbus_uint32_t
+bus_mcast_members_get_group_holds (BusMcastMembers *members)
+{
+  return members->group_holds;
+}
+
+void
+bus_mcast_members_release (BusMcastMembers *members)
+{
+  bus_mcast_observer_hold (bus_context_get_mcast_observer (members->context),
+                           FALSE);
 }
 
 void

@@ -79,6 +79,14 @@ typedef enum
 } BusMcastOwner;
 
 void             bus_mcast_members_flush          (BusMcastMembers   *members);
+/* Holds the members' group sends (bus_mcast_observer_hold()) if at least
+ * two of @connections, a transaction's recipients, are members that may
+ * send: none of them answers another before all have their messages.
+ * TRUE if held: bus_mcast_members_release() then lets them go. */
+dbus_bool_t      bus_mcast_members_hold           (BusMcastMembers   *members,
+                                                   DBusList          *connections);
+void             bus_mcast_members_release        (BusMcastMembers   *members);
+dbus_uint32_t    bus_mcast_members_get_group_holds (BusMcastMembers  *members);
 /* Whether a service file names @name (without memory, taken to) */
 dbus_bool_t      bus_mcast_members_is_activatable (BusMcastMembers   *members,
                                                    const char        *name);

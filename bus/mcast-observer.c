@@ -455,6 +455,23 @@ drain_group (Group *group)
     }
 }
 
+dbus_bool_t
+bus_mcast_observer_hold (BusMcastObserver *observer,
+                         dbus_bool_t       held)
+{
+#ifdef DBUS_HAVE_MCAST_UAPI
+  Group *group = observer != NULL ? _dbus_list_get_first (&observer->groups) : NULL;
+  int value = held ? 1 : 0;
+
+  if (is_admitted (group) &&
+      setsockopt (group->acceptor.fd, SOL_UNIX, UNIX_GROUP_HOLD, &value,
+                  sizeof (value)) == 0)
+    return TRUE;
+#endif
+
+  return FALSE;
+}
+
 void
 bus_mcast_observer_drain (BusMcastObserver *observer)
 {

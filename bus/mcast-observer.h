@@ -65,6 +65,11 @@ dbus_bool_t       bus_mcast_observer_set_open (BusMcastObserver *observer,
                                                dbus_bool_t       open,
                                                DBusError        *error);
 void              bus_mcast_observer_drain    (BusMcastObserver *observer);
+/* Makes members' group sends wait (UNIX_GROUP_HOLD on the copy queue),
+ * or lets them go; FALSE if there is no group to hold or the kernel
+ * refused */
+dbus_bool_t       bus_mcast_observer_hold     (BusMcastObserver *observer,
+                                               dbus_bool_t       held);
 void              bus_mcast_observer_departed (BusMcastObserver *observer,
                                                const char       *name);
 

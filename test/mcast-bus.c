@@ -2600,6 +2600,77 @@ test_causal_order (gconstpointer data)
   peer_free (emitter);
 }
 
+/* How many members watch the name in /order/one-step, and how often the
+ * name is taken */
+#define ONE_STEP_WATCHERS 50
+#define ONE_STEP_ROUNDS 10
+
+/* A transaction's messages reach several members as one step, as stock
+ * writes them all before it reads anything: a member that takes a name
+ * and signals as soon as it has read the RequestName reply never reaches
+ * a member that watches the name before the name's NameOwnerChanged
+ * does.  The daemon writes the new owner its reply first, then the
+ * signal to the watchers one after the other; it holds the group's sends
+ * meanwhile (MulticastGroupHolds), which keeps the new owner's signal
+ * back until all have theirs.  Under TCG the daemon's writes outran the
+ * new owner's wake-up in every run without the hold, so the order check
+ * alone rarely fails there; the count shows the hold was taken. */
+static void
+test_one_step (gconstpointer data)
+{
+  const gchar *name = "org.dbusmcast.BusTest.OneStep";
+  Peer *owner = peer_new (PEER_MEMBER);
+  Peer *watchers[ONE_STEP_WATCHERS];
+  guint64 holds = 0;
+  DBusMessage *m;
+  guint i, round;
+
+  for (i = 0; i < ONE_STEP_WATCHERS; i++)
+    {
+      watchers[i] = peer_new (PEER_MEMBER);
+      watch_owner (watchers[i], name);
+      peer_add_match (watchers[i], "type='signal',interface='" TEST_IFACE "',member='Taken'");
+    }
+  if (kernel_has_mcast ())
+    holds = get_stat (owner, "MulticastGroupHolds");
+
+  for (round = 0; round < ONE_STEP_ROUNDS; round++)
+    {
+      g_assert_cmpuint (request_or_release (owner, "RequestName", name), ==,
+                        DBUS_REQUEST_NAME_REPLY_PRIMARY_OWNER);
+      m = new_signal (TEST_PATH, TEST_IFACE, "Taken", "", round);
+      peer_send (owner, m);
+      dbus_message_unref (m);
+
+      for (i = 0; i < ONE_STEP_WATCHERS; i++)
+        {
+          m = peer_wait (watchers[i], is_owner_change_or_signal, "Taken");
+          if (!is_owner_change (m, NULL))
+            g_error ("round %u: watcher %u got the new owner's signal before "
+                     "NameOwnerChanged", round, i);
+          dbus_message_unref (m);
+          m = peer_wait (watchers[i], is_owner_change_or_signal, "Taken");
+          g_assert_true (is_signal_named (m, "Taken"));
+          g_assert_cmpuint (signal_seq (m), ==, round);
+          dbus_message_unref (m);
+        }
+
+      g_assert_cmpuint (request_or_release (owner, "ReleaseName", name), ==,
+                        DBUS_RELEASE_NAME_REPLY_RELEASED);
+      for (i = 0; i < ONE_STEP_WATCHERS; i++)
+        expect_owner_change (watchers[i], name, owner->name, "");
+    }
+
+  /* The daemon held the group for each of those transactions */
+  if (kernel_has_mcast ())
+    g_assert_cmpuint (get_stat (owner, "MulticastGroupHolds"), >=,
+                      holds + 2 * ONE_STEP_ROUNDS);
+
+  for (i = 0; i < ONE_STEP_WATCHERS; i++)
+    peer_free (watchers[i]);
+  peer_free (owner);
+}
+
 /* ---- a callee that leaves without replying --------------------------------- */
 
 static gboolean
@@ -4734,6 +4805,7 @@ main (int    argc,
   ADD ("/order/causal/classic", test_causal_order, "classic");
   ADD ("/order/causal/gdbus", test_causal_order, "gdbus");
   ADD ("/order/causal/monitored", test_causal_order, "monitored");
+  ADD ("/order/one-step", test_one_step, NULL);
   ADD ("/self/member", test_self, "member");
   ADD ("/self/classic", test_self, "classic");
   for (i = 0; i < G_N_ELEMENTS (libdbus_pairs); i++)
