@@ -680,6 +680,19 @@ new_signal (const gchar   *path,
   return m;
 }
 
+/* Sends the test signal @member (arg0, seq) from p */
+static void
+emit (Peer          *p,
+      const gchar   *member,
+      const gchar   *arg0,
+      dbus_uint32_t  seq)
+{
+  DBusMessage *m = new_signal (TEST_PATH, TEST_IFACE, member, arg0, seq);
+
+  peer_send (p, m);
+  dbus_message_unref (m);
+}
+
 static dbus_uint32_t
 signal_seq (DBusMessage *m)
 {
@@ -2150,10 +2163,8 @@ test_stalled_subscriber (gconstpointer data)
 
   for (i = 0; i < STALLED_SIGNALS; i++)
     {
-      m = new_signal (TEST_PATH, TEST_IFACE, "Tick",
+      emit (emitter, "Tick",
                       i == STALLED_SIGNALS - 1 ? large : filler, i);
-      peer_send (emitter, m);
-      dbus_message_unref (m);
     }
   echo_roundtrip (emitter, callee, "not held back");
   if (diverts)
@@ -2167,9 +2178,7 @@ test_stalled_subscriber (gconstpointer data)
       if (i == STALLED_SIGNALS)
         {
           /* and nothing twice: the next signal is the next one read */
-          m = new_signal (TEST_PATH, TEST_IFACE, "Tick", "after", i);
-          peer_send (emitter, m);
-          dbus_message_unref (m);
+          emit (emitter, "Tick", "after", i);
         }
       m = peer_wait (subscriber, is_signal_named, "Tick");
       g_assert_cmpuint (signal_seq (m), ==, i);
@@ -2290,9 +2299,7 @@ test_self (gconstpointer data)
   if (kind == PEER_MEMBER && kernel_has_mcast ())
     dispatched = get_stat (p, "MessagesDispatched");
 
-  m = new_signal (TEST_PATH, TEST_IFACE, "ToSelf", "me", 1);
-  peer_send (p, m);
-  dbus_message_unref (m);
+  emit (p, "ToSelf", "me", 1);
   m = peer_wait (p, is_signal_named, "ToSelf");
   g_assert_cmpstr (dbus_message_get_sender (m), ==, p->name);
   g_assert_cmpuint (signal_seq (m), ==, 1);
@@ -2363,9 +2370,7 @@ test_add_match_order (gconstpointer data)
   dbus_message_unref (m);
 
   dbus_message_unref (peer_wait (service, is_test_call, NULL));
-  m = new_signal (TEST_PATH, TEST_IFACE, "Asked", "", 0);
-  peer_send (service, m);
-  dbus_message_unref (m);
+  emit (service, "Asked", "", 0);
   m = peer_wait (client, is_signal_named, "Asked");
   g_assert_cmpstr (dbus_message_get_sender (m), ==, service->name);
   dbus_message_unref (m);
@@ -2401,9 +2406,7 @@ test_request_name_order (gconstpointer data)
   dbus_message_set_no_reply (m, TRUE);
   peer_send (owner, m);
   dbus_message_unref (m);
-  m = new_signal (TEST_PATH, TEST_IFACE, "AfterName", "", 0);
-  peer_send (owner, m);
-  dbus_message_unref (m);
+  emit (owner, "AfterName", "", 0);
 
   m = peer_wait (observer, is_owner_change_or_signal, "AfterName");
   g_assert_true (is_owner_change (m, NULL));
@@ -2459,18 +2462,14 @@ test_full_member_order (gconstpointer data)
 
   for (i = 0; i < FULL_FILLER_SIGNALS; i++)
     {
-      m = new_signal (TEST_PATH, TEST_IFACE, "Tick", payload, i);
-      peer_send (filler, m);
-      dbus_message_unref (m);
+      emit (filler, "Tick", payload, i);
     }
   /* The daemon has handled them all: stock has queued them to the member */
   dbus_message_unref (driver_call (filler, DBUS_INTERFACE_DBUS, "GetId",
                                    DBUS_TYPE_INVALID));
   g_assert_cmpuint (request_or_release (owner, "RequestName", name), ==,
                     DBUS_REQUEST_NAME_REPLY_PRIMARY_OWNER);
-  m = new_signal (TEST_PATH, TEST_IFACE, "AfterName", "", 0);
-  peer_send (owner, m);
-  dbus_message_unref (m);
+  emit (owner, "AfterName", "", 0);
   if (diverts)
     wait_for_stat_above (owner, "MulticastDiverted", diverted);
 
@@ -2568,19 +2567,13 @@ test_causal_order (gconstpointer data)
 
   for (i = 0; i < CAUSAL_BACKLOG; i++)
     {
-      m = new_signal (TEST_PATH, TEST_IFACE, "Tick", payload, i);
-      peer_send (emitter, m);
-      dbus_message_unref (m);
+      emit (emitter, "Tick", payload, i);
     }
-  m = new_signal (TEST_PATH, TEST_IFACE, "Trigger", "", 0);
-  peer_send (emitter, m);
-  dbus_message_unref (m);
+  emit (emitter, "Trigger", "", 0);
 
   m = peer_wait (answerer, is_signal_named, "Trigger");
   dbus_message_unref (m);
-  m = new_signal (TEST_PATH, TEST_IFACE, "Answer", "", 0);
-  peer_send (answerer, m);
-  dbus_message_unref (m);
+  emit (answerer, "Answer", "", 0);
 
   assert_causal_order (watcher, answerer);
   if (monitor != NULL)
@@ -2638,9 +2631,7 @@ test_one_step (gconstpointer data)
     {
       g_assert_cmpuint (request_or_release (owner, "RequestName", name), ==,
                         DBUS_REQUEST_NAME_REPLY_PRIMARY_OWNER);
-      m = new_signal (TEST_PATH, TEST_IFACE, "Taken", "", round);
-      peer_send (owner, m);
-      dbus_message_unref (m);
+      emit (owner, "Taken", "", round);
 
       for (i = 0; i < ONE_STEP_WATCHERS; i++)
         {
@@ -3224,9 +3215,7 @@ test_forged_sender (gconstpointer data)
   /* the raw client still gets answers: the forgeries were sent */
   raw_roundtrip (r, victim);
 
-  m = new_signal (TEST_PATH, TEST_IFACE, "Genuine", "", 3);
-  peer_send (victim, m);
-  dbus_message_unref (m);
+  emit (victim, "Genuine", "", 3);
   /* Whatever of the raw client's arrives, none claims to be the victim's
    * but the genuine signal */
   m = peer_wait (receiver, claims_sender, victim->name);
@@ -3319,9 +3308,7 @@ test_spoofed_service (gconstpointer data)
   m = new_signal (TEST_PATH, TEST_IFACE, "Changed", "spoofed", 1);
   raw_send (r, m, r->name);
   dbus_message_unref (m);
-  m = new_signal (TEST_PATH, TEST_IFACE, "Changed", "genuine", 2);
-  peer_send (service, m);
-  dbus_message_unref (m);
+  emit (service, "Changed", "genuine", 2);
   m = peer_wait (subscriber, is_from_test, NULL);
   g_assert_cmpstr (dbus_message_get_sender (m), ==, service->name);
   g_assert_cmpuint (signal_seq (m), ==, 2);
@@ -3329,12 +3316,8 @@ test_spoofed_service (gconstpointer data)
 
   g_assert_cmpuint (request_or_release (service, "ReleaseName", name), ==,
                     DBUS_RELEASE_NAME_REPLY_RELEASED);
-  m = new_signal (TEST_PATH, TEST_IFACE, "Changed", "former owner", 3);
-  peer_send (service, m);
-  dbus_message_unref (m);
-  m = new_signal (TEST_PATH, TEST_IFACE, "Changed", "new owner", 4);
-  peer_send (heir, m);
-  dbus_message_unref (m);
+  emit (service, "Changed", "former owner", 3);
+  emit (heir, "Changed", "new owner", 4);
   m = peer_wait (subscriber, is_from_test, NULL);
   g_assert_cmpstr (dbus_message_get_sender (m), ==, heir->name);
   g_assert_cmpuint (signal_seq (m), ==, 4);
