@@ -14,7 +14,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
-#include <stdio.h>
 #include <string.h>
 #include <sys/ioctl.h>
 #include <sys/socket.h>
@@ -316,15 +315,14 @@ forward (BusMcastObserver *observer,
 {
   DBusConnection *addressed_recipient = NULL;
   const char *destination;
-  char name[sizeof (":4294967295.4294967295")];
+  char name[DBUS_MCAST_SENDER_NAME_SIZE];
 
   /* What the daemon routes as it came straight, monitors see from there */
   if (!bus_mcast_routing_observed (message))
     return;
 
   /* As dispatch writes it: the sender's own name, whatever it claimed */
-  snprintf (name, sizeof (name), ":%u.%u", (unsigned int) (sender_id >> 32),
-            (unsigned int) (sender_id & 0xffffffffu));
+  _dbus_mcast_name_of_sender_id (sender_id, name);
   while (!dbus_message_set_sender (message, name) ||
          !dbus_message_set_container_instance (message, NULL))
     _dbus_wait_for_memory ();

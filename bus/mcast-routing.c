@@ -12,7 +12,6 @@
 #include "mcast-routing.h"
 
 #include <stdint.h>
-#include <stdio.h>
 #include <string.h>
 
 #include <dbus/dbus-list.h>
@@ -532,12 +531,11 @@ static DBusConnection *
 member_of_id (BusMcastRouting *routing,
               dbus_uint64_t    sender_id)
 {
-  char name[sizeof (":4294967295.4294967295")];
+  char name[DBUS_MCAST_SENDER_NAME_SIZE];
   BusService *service;
   DBusString str;
 
-  snprintf (name, sizeof (name), ":%u.%u", (unsigned int) (sender_id >> 32),
-            (unsigned int) (sender_id & 0xffffffffu));
+  _dbus_mcast_name_of_sender_id (sender_id, name);
   _dbus_string_init_const (&str, name);
   service = bus_registry_lookup (bus_context_get_registry (routing->context),
                                  &str);

@@ -9,6 +9,9 @@
 
 #include <config.h>
 #include "dbus-mcast-member.h"
+
+#include <stdio.h>
+
 #include "dbus-hash.h"
 #include "dbus-list.h"
 #include "dbus-marshal-basic.h"
@@ -1201,6 +1204,22 @@ _dbus_mcast_sender_id_of_name (const char *name)
     return 0;
 
   return ((dbus_uint64_t) major << 32) | minor;
+}
+
+/**
+ * The unique name a kernel sender id stands for, ":MAJOR.MINOR" as
+ * dbus-daemon writes it: the inverse of _dbus_mcast_sender_id_of_name().
+ *
+ * @param sender_id the id
+ * @param name where to write it, #DBUS_MCAST_SENDER_NAME_SIZE bytes
+ */
+void
+_dbus_mcast_name_of_sender_id (dbus_uint64_t  sender_id,
+                               char          *name)
+{
+  snprintf (name, DBUS_MCAST_SENDER_NAME_SIZE, ":%u.%u",
+            (unsigned int) (sender_id >> 32),
+            (unsigned int) (sender_id & 0xffffffffu));
 }
 
 /* The checks of doc/design.md "What a member's libdbus checks", on a

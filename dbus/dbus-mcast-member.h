@@ -145,6 +145,11 @@ DBUS_PRIVATE_EXPORT
 dbus_bool_t   _dbus_mcast_is_over_reply_limit (DBusMessage *message);
 DBUS_PRIVATE_EXPORT
 dbus_uint64_t _dbus_mcast_sender_id_of_name (const char *name);
+/** Room for the unique name a kernel sender id stands for */
+#define DBUS_MCAST_SENDER_NAME_SIZE sizeof (":4294967295.4294967295")
+DBUS_PRIVATE_EXPORT
+void          _dbus_mcast_name_of_sender_id (dbus_uint64_t  sender_id,
+                                             char          *name);
 
 DBUS_END_DECLS
 
