@@ -58,7 +58,8 @@ typedef struct
   BusMcastMembers *members;
   BusMcastObserver *observer;
   char *name;                  /**< its unique name */
-  char **owned;                /**< the well-known names it owned */
+  BusMcastHeld *held;          /**< the well-known names its peer filter
+                                    held, and when */
 } Departure;
 
 /* A member's message from the group's copy queue, waiting to be
@@ -211,7 +212,7 @@ static void
 departure_free (Departure *departure)
 {
   dbus_free (departure->name);
-  dbus_free_string_array (departure->owned);
+  bus_mcast_held_free (departure->held);
   dbus_free (departure);
 }
 
@@ -220,7 +221,7 @@ departure_free (Departure *departure)
 static DBusMessage *
 new_departed (DBusList *departures)
 {
-  DBusMessageIter args, array, entry, owned;
+  DBusMessageIter args, array, entry, held, one;
   DBusMessage *signal;
   DBusList *link;
   dbus_bool_t ok;
@@ -233,7 +234,7 @@ new_departed (DBusList *departures)
 
   dbus_message_iter_init_append (signal, &args);
   ok = dbus_message_set_sender (signal, DBUS_SERVICE_DBUS) &&
-       dbus_message_iter_open_container (&args, DBUS_TYPE_ARRAY, "(sas)",
+       dbus_message_iter_open_container (&args, DBUS_TYPE_ARRAY, "(sa(suu))",
                                          &array);
   for (link = _dbus_list_get_first_link (&departures);
        ok && link != NULL;
@@ -245,12 +246,19 @@ new_departed (DBusList *departures)
                                              &entry) &&
            dbus_message_iter_append_basic (&entry, DBUS_TYPE_STRING,
                                            &departure->name) &&
-           dbus_message_iter_open_container (&entry, DBUS_TYPE_ARRAY,
-                                             DBUS_TYPE_STRING_AS_STRING, &owned);
-      for (i = 0; ok && departure->owned[i] != NULL; i++)
-        ok = dbus_message_iter_append_basic (&owned, DBUS_TYPE_STRING,
-                                             &departure->owned[i]);
-      ok = ok && dbus_message_iter_close_container (&entry, &owned) &&
+           dbus_message_iter_open_container (&entry, DBUS_TYPE_ARRAY, "(suu)",
+                                             &held);
+      for (i = 0; ok && departure->held[i].name != NULL; i++)
+        ok = dbus_message_iter_open_container (&held, DBUS_TYPE_STRUCT, NULL,
+                                               &one) &&
+             dbus_message_iter_append_basic (&one, DBUS_TYPE_STRING,
+                                             &departure->held[i].name) &&
+             dbus_message_iter_append_basic (&one, DBUS_TYPE_UINT32,
+                                             &departure->held[i].since) &&
+             dbus_message_iter_append_basic (&one, DBUS_TYPE_UINT32,
+                                             &departure->held[i].until) &&
+             dbus_message_iter_close_container (&held, &one);
+      ok = ok && dbus_message_iter_close_container (&entry, &held) &&
            dbus_message_iter_close_container (&array, &entry);
     }
 
@@ -901,35 +909,6 @@ bus_mcast_routing_fence (BusMcastRouting *routing,
   send_fence_now (routing, sender, message);
 }
 
-/* The well-known names @connection owns, which its peer filter holds.
- * NULL if no memory. */
-static char **
-owned_names (DBusConnection *connection)
-{
-  BusRegistry *registry = bus_connection_get_registry (connection);
-  char **names = NULL;
-  int i, n = 0;
-
-  if (!bus_registry_list_services (registry, &names, NULL))
-    return NULL;
-
-  for (i = 0; names[i] != NULL; i++)
-    {
-      DBusString str;
-      BusService *service;
-
-      _dbus_string_init_const (&str, names[i]);
-      service = bus_registry_lookup (registry, &str);
-      if (names[i][0] != ':' && service != NULL &&
-          bus_service_get_primary_owners_connection (service) == connection)
-        names[n++] = names[i];
-      else
-        dbus_free (names[i]);
-    }
-  names[n] = NULL;
-  return names;
-}
-
 void
 bus_mcast_routing_departed (BusMcastRouting *routing,
                             BusMcastMembers *members,
@@ -947,7 +926,7 @@ bus_mcast_routing_departed (BusMcastRouting *routing,
     _dbus_wait_for_memory ();
   while ((departure->name = _dbus_strdup (bus_connection_get_name (connection))) == NULL)
     _dbus_wait_for_memory ();
-  while ((departure->owned = owned_names (connection)) == NULL)
+  while ((departure->held = bus_mcast_members_get_held (members, connection)) == NULL)
     _dbus_wait_for_memory ();
   departure->members = members;
   departure->observer =

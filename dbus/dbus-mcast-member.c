@@ -19,6 +19,7 @@
 #include "dbus-marshal-validate.h"
 #include "dbus-match-rule.h"
 #include "dbus-message-internal.h"
+#include "dbus-sysdeps-seqpacket.h"
 #include "dbus-message-private.h"
 #include "dbus-protocol.h"
 #include "dbus-seqpacket-io.h"
@@ -54,6 +55,15 @@ typedef struct
   dbus_bool_t applied;
   /** Counts towards the bus's max_replies_per_connection (counts_reply()) */
   dbus_bool_t counted;
+  /** Went to the daemon alone, which routed it: the daemon answers it if
+   * its callee leaves */
+  dbus_bool_t routed;
+  /** Went to the group addressed to a well-known name, and the kernel
+   * said under which of the group's commits it was filtered: the member
+   * whose peer filter held the name then received it, whoever owns the
+   * name later (departed_was_callee()) */
+  dbus_bool_t commits_known;
+  dbus_uint32_t sent_commits;
 } PendingCall;
 
 struct DBusMcastMember
@@ -497,13 +507,30 @@ _dbus_mcast_member_is_direct (DBusMcastMember *member)
 
 /**
  * Called when the last packet of the prepared message was written: puts
- * up the fence after Hello and after a message sent to the daemon alone.
+ * up the fence after Hello and after a message sent to the daemon alone,
+ * and notes under which commit the kernel filtered a call to a
+ * well-known name.
  *
  * @param member the state
+ * @param fd the connection's socket
  */
 void
-_dbus_mcast_member_sent (DBusMcastMember *member)
+_dbus_mcast_member_sent (DBusMcastMember *member,
+                         DBusSocket       fd)
 {
+  PendingCall *call = NULL;
+
+  if (member->state == STATE_MEMBER && member->prepared_serial != 0)
+    call = _dbus_hash_table_lookup_uintptr (member->pending,
+                                            member->prepared_serial);
+  if (call != NULL && call->destination != NULL &&
+      !answered_by_destination (call))
+    {
+      call->routed = member->prepared_direct;
+      call->commits_known = !call->routed &&
+          _dbus_seqpacket_get_sent_commits (fd, &call->sent_commits);
+    }
+
   if (member->prepared_fence)
     {
       member->fenced = TRUE;
@@ -562,17 +589,31 @@ hello_answered (DBusMcastMember  *member,
   return DBUS_MCAST_KEEP;
 }
 
+/* Whether commit count @commits is at or after @since and before @until
+ * (counts wrap) */
+static dbus_bool_t
+commits_within (dbus_uint32_t commits,
+                dbus_uint32_t since,
+                dbus_uint32_t until)
+{
+  return (dbus_int32_t) (commits - since) >= 0 &&
+         (dbus_int32_t) (commits - until) < 0;
+}
+
 /* Whether @call can only be answered by the member that departed as
- * @entry, a (sas) of the Departed signal: its unique name and the
- * well-known names it owned.  The call went to its unique name, or to a
- * well-known name it owned, which its peer filter held, so the kernel
- * delivered the call to it. */
+ * @entry, an (sa(suu)) of the Departed signal: its unique name and the
+ * well-known names its peer filter held, with the commits between which
+ * it held each.  The kernel delivered the call to it if the call went to
+ * its unique name, or to a well-known name its peer filter held when the
+ * call was filtered.  The daemon answers the calls it routed to a
+ * well-known name itself, as stock does. */
 static dbus_bool_t
 departed_was_callee (PendingCall     *call,
                      DBusMessageIter *entry)
 {
-  DBusMessageIter fields, services;
+  DBusMessageIter fields, held, one;
   const char *name;
+  dbus_uint32_t since, until;
 
   if (call->destination == NULL)
     return FALSE;
@@ -581,15 +622,26 @@ departed_was_callee (PendingCall     *call,
   dbus_message_iter_get_basic (&fields, &name);
   if (answered_by_destination (call))
     return strcmp (call->destination, name) == 0;
+  if (call->routed)
+    return FALSE;
 
   dbus_message_iter_next (&fields);
-  dbus_message_iter_recurse (&fields, &services);
-  while (dbus_message_iter_get_arg_type (&services) == DBUS_TYPE_STRING)
+  dbus_message_iter_recurse (&fields, &held);
+  while (dbus_message_iter_get_arg_type (&held) == DBUS_TYPE_STRUCT)
     {
-      dbus_message_iter_get_basic (&services, &name);
-      if (strcmp (call->destination, name) == 0)
+      dbus_message_iter_recurse (&held, &one);
+      dbus_message_iter_get_basic (&one, &name);
+      dbus_message_iter_next (&one);
+      dbus_message_iter_get_basic (&one, &since);
+      dbus_message_iter_next (&one);
+      dbus_message_iter_get_basic (&one, &until);
+      /* Without the kernel's count (a kernel without
+       * UNIX_GROUP_SENT_COMMITS), any time it held the name */
+      if (strcmp (call->destination, name) == 0 &&
+          (!call->commits_known ||
+           commits_within (call->sent_commits, since, until)))
         return TRUE;
-      dbus_message_iter_next (&services);
+      dbus_message_iter_next (&held);
     }
 
   return FALSE;

@@ -45,6 +45,7 @@
 #include <dbus/dbus-internals.h>
 #include <dbus/dbus-message.h>
 #include <dbus/dbus-string.h>
+#include <dbus/dbus-sysdeps.h>
 
 DBUS_BEGIN_DECLS
 
@@ -58,12 +59,15 @@ DBUS_BEGIN_DECLS
  * Routed, to every member once members have disconnected, after
  * everything they sent.  Its argument lists the members that left since
  * the last one, in the order they left: for each, its unique name and
- * the well-known names it owned, an (sas).  Calls between members do not
- * pass the daemon, so only the caller's libdbus knows which of them the
- * departed members will never answer: it completes them with stock's
- * error, which dbus-daemon would have sent, and consumes the signal. */
+ * the well-known names its peer filter held, each with the commits
+ * between which it held it (since, until: the group's commit counts, a
+ * call filtered under a count from since up to but not including until
+ * reached it), an (sa(suu)).  Calls between members do not pass the
+ * daemon, so only the caller's libdbus knows which of them the departed
+ * members will never answer: it completes them with stock's error, which
+ * dbus-daemon would have sent, and consumes the signal. */
 #define DBUS_MCAST_DEPARTED "Departed"
-#define DBUS_MCAST_DEPARTED_SIGNATURE "a(sas)"
+#define DBUS_MCAST_DEPARTED_SIGNATURE "a(sa(suu))"
 /** The daemon's owner signal: dbus-daemon sends it, as it sends Routed,
  * to a member whose match rules name well-known senders, before the reply
  * to the AddMatch that adds such a rule and whenever such a name changes
@@ -111,7 +115,8 @@ dbus_bool_t _dbus_mcast_member_waits_for_hello (DBusMcastMember *member);
 dbus_bool_t _dbus_mcast_member_prepare    (DBusMcastMember *member,
                                            DBusMessage     *message);
 dbus_bool_t _dbus_mcast_member_is_direct  (DBusMcastMember *member);
-void        _dbus_mcast_member_sent       (DBusMcastMember *member);
+void        _dbus_mcast_member_sent       (DBusMcastMember *member,
+                                           DBusSocket       fd);
 
 DBusMcastVerdict _dbus_mcast_member_from_daemon (DBusMcastMember  *member,
                                                  DBusString       *data,

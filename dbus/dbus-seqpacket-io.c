@@ -1229,8 +1229,8 @@ _dbus_seqpacket_write_message (DBusSeqpacketFraming *framing,
 
   saved_errno = errno;
   dbus_free (control);
-  framing->write_blocked = bytes < 0 && (saved_errno == EAGAIN ||
-                                         saved_errno == EWOULDBLOCK);
+  framing->write_blocked = bytes < 0 &&
+      _dbus_get_is_errno_eagain_or_ewouldblock (saved_errno);
 
   if (bytes >= 0 && bytes != want)
     {
@@ -1241,7 +1241,7 @@ _dbus_seqpacket_write_message (DBusSeqpacketFraming *framing,
 
   if (bytes >= 0 && framing->member != NULL &&
       bytes_already_written + bytes == header_len + body_len)
-    _dbus_mcast_member_sent (framing->member);
+    _dbus_mcast_member_sent (framing->member, fd);
 
   errno = saved_errno;
   return bytes;

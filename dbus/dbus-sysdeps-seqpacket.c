@@ -292,6 +292,29 @@ _dbus_seqpacket_mcast_supported (DBusSocket fd)
 }
 
 /**
+ * How many commits the group of the member @fd had made when the kernel
+ * filtered the member's last group send (UNIX_GROUP_SENT_COMMITS): which
+ * members the filters then in place let it reach.
+ *
+ * @param fd a member's SOCK_SEQPACKET socket
+ * @param commits where to store the count
+ * @returns #FALSE if the kernel cannot tell
+ */
+dbus_bool_t
+_dbus_seqpacket_get_sent_commits (DBusSocket     fd,
+                                  dbus_uint32_t *commits)
+{
+#ifdef DBUS_HAVE_MCAST_UAPI
+  socklen_t len = sizeof (*commits);
+
+  return getsockopt (fd.fd, SOL_UNIX, UNIX_GROUP_SENT_COMMITS, commits,
+                     &len) == 0;
+#else
+  return FALSE;
+#endif
+}
+
+/**
  * Asks the kernel to stamp every message this socket receives with the
  * sender id the group's acceptor gave the sender (SCM_UNIX_SENDER_ID, 0
  * for the acceptor itself).

@@ -34,6 +34,8 @@ dbus_bool_t _dbus_seqpacket_mcast_supported (DBusSocket  fd);
 DBUS_PRIVATE_EXPORT
 dbus_bool_t _dbus_seqpacket_set_passid          (DBusSocket  fd,
                                                  DBusError  *error);
+dbus_bool_t _dbus_seqpacket_get_sent_commits    (DBusSocket     fd,
+                                                 dbus_uint32_t *commits);
 
 DBUS_END_DECLS
 

@@ -2796,6 +2796,120 @@ test_no_reply_monitored (gconstpointer data)
   no_reply_case (data, TRUE);
 }
 
+/* caller's call to name, which callee receives (into *received if not
+ * NULL); between members, checked to pass the kernel alone.  Returns its
+ * serial. */
+static dbus_uint32_t
+send_hang (Peer         *caller,
+           Peer         *callee,
+           const gchar  *name,
+           gboolean      fast,
+           DBusMessage **received)
+{
+  guint64 dispatched = 0;
+  dbus_uint32_t serial;
+  DBusMessage *m;
+
+  if (fast)
+    dispatched = get_stat (caller, "MessagesDispatched");
+  m = new_call (name, "Hang", NULL);
+  serial = peer_send (caller, m);
+  dbus_message_unref (m);
+  m = peer_wait (callee, is_test_call, NULL);
+  if (fast)
+    assert_nothing_dispatched (caller, dispatched);
+  if (received != NULL)
+    *received = m;
+  else
+    dbus_message_unref (m);
+  return serial;
+}
+
+/* A call to a well-known name went to whoever owned the name when it was
+ * sent, wherever the name goes while the call is unanswered: the caller
+ * gets NoReply when that callee leaves, not when a later owner does, and
+ * the callee's late reply still arrives.  Data: caller-first-second. */
+static void
+test_no_reply_name_moved (gconstpointer data)
+{
+  const gchar *name = "org.dbusmcast.BusTest.Moving";
+  PeerKind kinds[3];
+  Peer *caller, *first, *second;
+  DBusMessage *m, *call, *reply;
+  dbus_uint32_t serials[3];
+  gchar *second_name;
+  gboolean fast;
+
+  g_assert_cmpuint (parse_kinds (data, kinds, 3), ==, 3);
+  caller = peer_new (kinds[0]);
+  first = peer_new (kinds[1]);
+  second = peer_new (kinds[2]);
+  fast = kinds[0] == PEER_MEMBER && kinds[1] == PEER_MEMBER &&
+      kinds[2] == PEER_MEMBER && kernel_has_mcast ();
+  watch_owner (caller, name);
+  g_assert_cmpuint (request_or_release (first, "RequestName", name), ==,
+                    DBUS_REQUEST_NAME_REPLY_PRIMARY_OWNER);
+  g_assert_cmpuint (request_or_release (second, "RequestName", name), ==,
+                    DBUS_REQUEST_NAME_REPLY_IN_QUEUE);
+  expect_owner_change (caller, name, "", first->name);
+
+  /* The first owner gets a call, then the name moves to the second,
+   * which gets a call and leaves */
+  serials[0] = send_hang (caller, first, name, fast, &call);
+  g_assert_cmpuint (request_or_release (first, "ReleaseName", name), ==,
+                    DBUS_RELEASE_NAME_REPLY_RELEASED);
+  expect_owner_change (caller, name, first->name, second->name);
+  serials[1] = send_hang (caller, second, name, fast, NULL);
+  second_name = g_strdup (second->name);
+  peer_free (second);
+
+  expect_owner_change (caller, name, second_name, "");
+  g_free (second_name);
+  m = peer_wait (caller, is_owner_change_or_reply, NULL);
+  assert_no_reply (m, serials[1]);
+  dbus_message_unref (m);
+  peer_sync (caller);
+  while ((m = peer_pop (caller, 0)) != NULL)
+    {
+      g_assert_cmpuint (dbus_message_get_reply_serial (m), !=, serials[0]);
+      dbus_message_unref (m);
+    }
+
+  /* The first owner answers at last */
+  reply = dbus_message_new_method_return (call);
+  peer_send (first, reply);
+  dbus_message_unref (reply);
+  dbus_message_unref (call);
+  m = peer_wait (caller, is_owner_change_or_reply, NULL);
+  g_assert_cmpint (dbus_message_get_type (m), ==, DBUS_MESSAGE_TYPE_METHOD_RETURN);
+  g_assert_cmpuint (dbus_message_get_reply_serial (m), ==, serials[0]);
+  g_assert_cmpstr (dbus_message_get_sender (m), ==, first->name);
+  dbus_message_unref (m);
+
+  /* It takes the name again, gets a call, lets the name go and leaves
+   * without answering: NoReply at once, although the name is nobody's */
+  g_assert_cmpuint (request_or_release (first, "RequestName", name), ==,
+                    DBUS_REQUEST_NAME_REPLY_PRIMARY_OWNER);
+  expect_owner_change (caller, name, "", first->name);
+  serials[2] = send_hang (caller, first, name, fast, NULL);
+  g_assert_cmpuint (request_or_release (first, "ReleaseName", name), ==,
+                    DBUS_RELEASE_NAME_REPLY_RELEASED);
+  expect_owner_change (caller, name, first->name, "");
+  peer_free (first);
+  m = peer_wait (caller, is_owner_change_or_reply, NULL);
+  assert_no_reply (m, serials[2]);
+  dbus_message_unref (m);
+
+  /* one answer each */
+  peer_sync (caller);
+  while ((m = peer_pop (caller, 0)) != NULL)
+    {
+      g_assert_cmpuint (dbus_message_get_reply_serial (m), ==, 0);
+      dbus_message_unref (m);
+    }
+  peer_free (caller);
+}
+
 /* ---- byte order ----------------------------------------------------------- */
 
 /* m marshalled in the other byte order than this machine's, as a client
@@ -4649,7 +4763,7 @@ test_no_reply_together (gconstpointer data)
       const char *name;
 
       m = raw_wait (r, is_departed, NULL);
-      g_assert_cmpstr (dbus_message_get_signature (m), ==, "a(sas)");
+      g_assert_cmpstr (dbus_message_get_signature (m), ==, "a(sa(suu))");
       g_assert_cmpstr (dbus_message_get_sender (m), ==, DBUS_SERVICE_DBUS);
       g_assert_cmpstr (dbus_message_get_destination (m), ==, r->name);
       dbus_message_iter_init (m, &args);
@@ -4779,6 +4893,12 @@ main (int    argc,
   ADD ("/no-reply/disconnect/monitored/member-member", test_no_reply_monitored,
        "member-member");
   ADD ("/no-reply/disconnect/together", test_no_reply_together, NULL);
+  ADD ("/no-reply/name-moved/members", test_no_reply_name_moved,
+       "member-member-member");
+  ADD ("/no-reply/name-moved/classic", test_no_reply_name_moved,
+       "classic-classic-classic");
+  ADD ("/no-reply/name-moved/member-gdbus", test_no_reply_name_moved,
+       "member-gdbus-gdbus");
   for (i = 0; i < G_N_ELEMENTS (kinds); i++)
     {
       ADDF (test_add_match_order, kinds[i], "/order/add-match/%s", kinds[i]);

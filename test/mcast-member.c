@@ -878,31 +878,41 @@ test_owners (Fixture *f, gconstpointer data)
 }
 
 /* "The daemon"'s Departed signal to A: the members names left, in that
- * order, the first one owning services */
+ * order, the first one's peer filter holding services from commit since
+ * to the next.  Nobody commits in these tests: A's calls are filtered
+ * under count 0. */
 static DBusMessage *
-departed_signal (Fixture     *f,
-                 const char **names,
-                 int          n_names,
-                 const char **services,
-                 int          n_services)
+departed_signal (Fixture       *f,
+                 const char   **names,
+                 int            n_names,
+                 const char   **services,
+                 int            n_services,
+                 dbus_uint32_t  since)
 {
   DBusMessage *departed = dbus_message_new_signal (DBUS_PATH_DBUS,
                                                    DBUS_MCAST_INTERFACE,
                                                    DBUS_MCAST_DEPARTED);
-  DBusMessageIter args, array, entry, owned;
+  DBusMessageIter args, array, entry, held, one;
+  dbus_uint32_t until = since + 1;
   int i, j;
 
   driver_message (departed, f->a_name);
   dbus_message_iter_init_append (departed, &args);
-  g_assert_true (dbus_message_iter_open_container (&args, DBUS_TYPE_ARRAY, "(sas)", &array));
+  g_assert_true (dbus_message_iter_open_container (&args, DBUS_TYPE_ARRAY, "(sa(suu))", &array));
   for (i = 0; i < n_names; i++)
     {
       g_assert_true (dbus_message_iter_open_container (&array, DBUS_TYPE_STRUCT, NULL, &entry));
       g_assert_true (dbus_message_iter_append_basic (&entry, DBUS_TYPE_STRING, &names[i]));
-      g_assert_true (dbus_message_iter_open_container (&entry, DBUS_TYPE_ARRAY, "s", &owned));
+      g_assert_true (dbus_message_iter_open_container (&entry, DBUS_TYPE_ARRAY, "(suu)", &held));
       for (j = 0; i == 0 && j < n_services; j++)
-        g_assert_true (dbus_message_iter_append_basic (&owned, DBUS_TYPE_STRING, &services[j]));
-      g_assert_true (dbus_message_iter_close_container (&entry, &owned));
+        {
+          g_assert_true (dbus_message_iter_open_container (&held, DBUS_TYPE_STRUCT, NULL, &one));
+          g_assert_true (dbus_message_iter_append_basic (&one, DBUS_TYPE_STRING, &services[j]));
+          g_assert_true (dbus_message_iter_append_basic (&one, DBUS_TYPE_UINT32, &since));
+          g_assert_true (dbus_message_iter_append_basic (&one, DBUS_TYPE_UINT32, &until));
+          g_assert_true (dbus_message_iter_close_container (&held, &one));
+        }
+      g_assert_true (dbus_message_iter_close_container (&entry, &held));
       g_assert_true (dbus_message_iter_close_container (&array, &entry));
     }
   g_assert_true (dbus_message_iter_close_container (&args, &array));
@@ -911,14 +921,15 @@ departed_signal (Fixture     *f,
 
 /* "The daemon" tells A that the members names left */
 static void
-send_departed (Fixture     *f,
-               const char **names,
-               int          n_names,
-               const char **services,
-               int          n_services)
+send_departed (Fixture       *f,
+               const char   **names,
+               int            n_names,
+               const char   **services,
+               int            n_services,
+               dbus_uint32_t  since)
 {
   DBusMessage *departed = departed_signal (f, names, n_names, services,
-                                           n_services);
+                                           n_services, since);
 
   send_flush (f, f->a_srv, departed);
   dbus_message_unref (departed);
@@ -1003,8 +1014,8 @@ assert_no_reply (Fixture *f,
 }
 
 /* The daemon's Departed signal: A's pending calls to the departed member's
- * unique name and to a well-known name it owned end with stock's NoReply
- * error, newest first; its call to someone else stays pending; the signal
+ * unique name and to a well-known name its peer filter held when the call
+ * was filtered end with stock's NoReply error, newest first; its call to someone else stays pending; the signal
  * itself is never dispatched; a second Departed, and the daemon's own
  * NoReply for a call already answered, change nothing.  One signal for
  * members that left together ends their calls in the order they left. */
@@ -1013,6 +1024,7 @@ test_departed (Fixture *f, gconstpointer data)
 {
   const char *services[] = { "org.dbusmcast.Test.Other", "org.dbusmcast.Test.Owned" };
   const char *together[] = { ":1.8", ":1.9" };
+  const char *elsewhere[] = { ":1.7" };
   const char *b[1];
   Answer answers[4];
   guint replies = 0;
@@ -1032,8 +1044,14 @@ test_departed (Fixture *f, gconstpointer data)
       dbus_message_unref (m);
     }
 
+  /* A member whose peer filter held the name only from commit 1 on,
+   * after the call was filtered, did not receive it */
+  send_departed (f, elsewhere, 1, services + 1, 1, 1);
+  assert_no_message (f, f->a, 100);
+  g_assert_cmpuint (replies, ==, 0);
+
   b[0] = f->b_name;
-  send_departed (f, b, 1, services, G_N_ELEMENTS (services));
+  send_departed (f, b, 1, services, G_N_ELEMENTS (services), 0);
   wait_for_errors (f, &replies, 2);
   for (i = 0; i < 2; i++)
     assert_no_reply (f, &answers[i]);
@@ -1041,7 +1059,7 @@ test_departed (Fixture *f, gconstpointer data)
   g_assert_cmpuint (answers[1].rank, ==, 1);
   g_assert_cmpuint (answers[0].rank, ==, 2);
 
-  send_departed (f, b, 1, services, G_N_ELEMENTS (services));
+  send_departed (f, b, 1, services, G_N_ELEMENTS (services), 0);
   m = driver_message (dbus_message_new_error (answers[0].reply, DBUS_ERROR_NO_REPLY,
                                               "late"), f->a_name);
   g_assert_true (dbus_message_set_reply_serial (m, dbus_message_get_reply_serial (answers[0].reply)));
@@ -1052,7 +1070,7 @@ test_departed (Fixture *f, gconstpointer data)
   g_assert_null (answers[2].reply);
 
   call_pending (f, together[0], &answers[3], &replies);
-  send_departed (f, together, G_N_ELEMENTS (together), NULL, 0);
+  send_departed (f, together, G_N_ELEMENTS (together), NULL, 0, 0);
   wait_for_errors (f, &replies, 4);
   assert_no_reply (f, &answers[3]);
   assert_no_reply (f, &answers[2]);
@@ -1348,7 +1366,7 @@ test_out_of_memory_departed (Fixture *f, gconstpointer data)
   if (g_test_failed () || f->a == NULL)
     return;
 
-  run.departed = departed_signal (f, departing, 1, NULL, 0);
+  run.departed = departed_signal (f, departing, 1, NULL, 0, 0);
 
   g_assert_true (_dbus_test_oom_handling ("a call ends with a departure",
                                           call_ends_with_departure, &run));
