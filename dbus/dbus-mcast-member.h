@@ -17,6 +17,9 @@
  *    monitoring is fenced too, so that it takes effect before anything
  *    sent after it; a call over the bus's reply limit goes to the daemon
  *    alone, fenced, for the daemon to refuse;
+ *  - once a call to a well-known name went to the group: under which of
+ *    the group's commits the kernel filtered it, which says the member
+ *    that received it (_dbus_mcast_member_sent());
  *  - for each message from the daemon (kernel sender id 0, trusted): the
  *    Hello reply makes the connection a member and gives its unique name,
  *    the Routed signal lifts the fence and is consumed, replies complete
