@@ -339,13 +339,23 @@ has_owned_sender (const DBusMatchRule *rule)
          strcmp (rule->sender, DBUS_SERVICE_DBUS) != 0;
 }
 
+DBusConnection *
+bus_mcast_owner_of (BusRegistry *registry,
+                    const char  *name)
+{
+  BusService *service;
+  DBusString str;
+
+  _dbus_string_init_const (&str, name);
+  service = bus_registry_lookup (registry, &str);
+  return service != NULL ? bus_service_get_primary_owners_connection (service) : NULL;
+}
+
 /* The unique name owning @rule's well-known sender name, or NULL. */
 static const char *
 rule_sender_owner (BusRegistry         *registry,
                    const DBusMatchRule *rule)
 {
-  DBusString name;
-  BusService *service;
   DBusConnection *owner;
 
   if (rule->sender == NULL || rule->sender[0] == ':')
@@ -355,12 +365,7 @@ rule_sender_owner (BusRegistry         *registry,
   if (strcmp (rule->sender, DBUS_SERVICE_DBUS) == 0)
     return DBUS_SERVICE_DBUS;
 
-  _dbus_string_init_const (&name, rule->sender);
-  service = bus_registry_lookup (registry, &name);
-  if (service == NULL)
-    return NULL;
-
-  owner = bus_service_get_primary_owners_connection (service);
+  owner = bus_mcast_owner_of (registry, rule->sender);
   return owner != NULL ? bus_connection_get_name (owner) : NULL;
 }
 
@@ -404,16 +409,13 @@ collect_names (BusMcastMembers *members,
 
   for (i = 0; (*names)[i] != NULL; i++)
     {
-      DBusString name;
-      BusService *service;
+      DBusConnection *connection = bus_mcast_owner_of (registry, (*names)[i]);
       BusMcastConnection *owner;
 
-      _dbus_string_init_const (&name, (*names)[i]);
-      service = bus_registry_lookup (registry, &name);
-      if (service == NULL)
+      if (connection == NULL)
         continue;
 
-      owner = mcast_connection_get (bus_service_get_primary_owners_connection (service));
+      owner = mcast_connection_get (connection);
       if (owner == NULL || !owner->member)
         continue;
 
@@ -1649,16 +1651,13 @@ static dbus_bool_t
 is_member_name (BusMcastMembers *members,
                 const char      *name)
 {
-  BusService *service;
-  DBusString str;
+  DBusConnection *owner;
 
   if (name == NULL || name[0] == '\0')
     return FALSE;
 
-  _dbus_string_init_const (&str, name);
-  service = bus_registry_lookup (bus_context_get_registry (members->context), &str);
-  return service != NULL &&
-         bus_mcast_members_is_member (bus_service_get_primary_owners_connection (service));
+  owner = bus_mcast_owner_of (bus_context_get_registry (members->context), name);
+  return owner != NULL && bus_mcast_members_is_member (owner);
 }
 
 void

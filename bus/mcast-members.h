@@ -43,6 +43,10 @@ dbus_bool_t      bus_mcast_members_add            (BusMcastMembers   *members,
                                                    DBusConnection    *connection,
                                                    DBusError         *error);
 dbus_bool_t      bus_mcast_members_is_member      (DBusConnection    *connection);
+/* The connection that owns @name (unique or well-known) now, its primary
+ * owner; NULL if nobody does, or for the bus driver's own name */
+DBusConnection  *bus_mcast_owner_of               (BusRegistry       *registry,
+                                                   const char        *name);
 dbus_bool_t      bus_mcast_members_gets_group_traffic (DBusConnection *connection);
 int              bus_mcast_members_get_n_members  (BusMcastMembers   *members);
 dbus_uint32_t    bus_mcast_members_get_compilations (BusMcastMembers *members);

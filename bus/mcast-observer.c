@@ -265,20 +265,6 @@ bus_mcast_observer_free (BusMcastObserver *observer)
   dbus_free (observer);
 }
 
-/* The connection that owns @name now, or NULL */
-static DBusConnection *
-owner_of (BusMcastObserver *observer,
-          const char       *name)
-{
-  BusService *service;
-  DBusString str;
-
-  _dbus_string_init_const (&str, name);
-  service = bus_registry_lookup (bus_context_get_registry (observer->context),
-                                 &str);
-  return service != NULL ? bus_service_get_primary_owners_connection (service) : NULL;
-}
-
 /* Shows @message, from @sender (NULL: the bus driver) to
  * @addressed_recipient (NULL: none or the driver), to the monitors the
  * daemon serves, as dispatch shows them a message.  FALSE if no memory
@@ -329,7 +315,7 @@ forward (BusMcastObserver *observer,
 
   destination = dbus_message_get_destination (message);
   if (destination != NULL && strcmp (destination, DBUS_SERVICE_DBUS) != 0)
-    addressed_recipient = owner_of (observer, destination);
+    addressed_recipient = bus_mcast_owner_of (bus_context_get_registry (observer->context), destination);
 
   switch (dbus_message_get_type (message))
     {
@@ -349,7 +335,7 @@ forward (BusMcastObserver *observer,
       break;
     }
 
-  while (!show_monitors (observer, owner_of (observer, name),
+  while (!show_monitors (observer, bus_mcast_owner_of (bus_context_get_registry (observer->context), name),
                          addressed_recipient, message))
     _dbus_wait_for_memory ();
 }
@@ -805,7 +791,7 @@ static void
 show_no_reply (BusMcastObserver *observer,
                Call             *call)
 {
-  DBusConnection *caller = owner_of (observer, call->caller);
+  DBusConnection *caller = bus_mcast_owner_of (bus_context_get_registry (observer->context), call->caller);
   DBusMessage *error;
 
   if (caller == NULL)

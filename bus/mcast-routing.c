@@ -540,14 +540,9 @@ member_of_id (BusMcastRouting *routing,
               dbus_uint64_t    sender_id)
 {
   char name[DBUS_MCAST_SENDER_NAME_SIZE];
-  BusService *service;
-  DBusString str;
 
   _dbus_mcast_name_of_sender_id (sender_id, name);
-  _dbus_string_init_const (&str, name);
-  service = bus_registry_lookup (bus_context_get_registry (routing->context),
-                                 &str);
-  return service != NULL ? bus_service_get_primary_owners_connection (service) : NULL;
+  return bus_mcast_owner_of (bus_context_get_registry (routing->context), name);
 }
 
 void
@@ -678,17 +673,10 @@ owns_destination (DBusConnection *recipient,
                   DBusMessage    *message)
 {
   const char *destination = dbus_message_get_destination (message);
-  BusService *service;
-  DBusString name;
 
-  if (destination == NULL || destination[0] == ':' ||
-      strcmp (destination, DBUS_SERVICE_DBUS) == 0)
-    return FALSE;
-
-  _dbus_string_init_const (&name, destination);
-  service = bus_registry_lookup (bus_connection_get_registry (recipient), &name);
-  return service != NULL &&
-         bus_service_get_primary_owners_connection (service) == recipient;
+  return destination != NULL && destination[0] != ':' &&
+         bus_mcast_owner_of (bus_connection_get_registry (recipient),
+                             destination) == recipient;
 }
 
 dbus_bool_t

@@ -17,6 +17,7 @@
 #include <dbus/dbus-seqpacket-io.h>
 #include <dbus/dbus-timeout.h>
 #include "connection.h"
+#include "mcast-members.h"
 #include "services.h"
 #include "utils.h"
 
@@ -342,18 +343,11 @@ sender_of (BusMcastSpill               *spill,
            const DBusSeqpacketDiverted *diverted)
 {
   const char *name = dbus_message_get_sender (message);
-  BusService *service;
-  DBusString str;
 
   if (name == NULL || _dbus_mcast_sender_id_of_name (name) != diverted->sender_id)
     return NULL;
 
-  _dbus_string_init_const (&str, name);
-  service = bus_registry_lookup (bus_context_get_registry (spill->context), &str);
-  if (service == NULL)
-    return NULL;
-
-  return bus_service_get_primary_owners_connection (service);
+  return bus_mcast_owner_of (bus_context_get_registry (spill->context), name);
 }
 
 /* Whether @member is the connection @message is addressed to */
@@ -363,16 +357,10 @@ addressed_to (BusMcastSpill  *spill,
               DBusMessage    *message)
 {
   const char *destination = dbus_message_get_destination (message);
-  BusService *service;
-  DBusString str;
 
-  if (destination == NULL)
-    return FALSE;
-
-  _dbus_string_init_const (&str, destination);
-  service = bus_registry_lookup (bus_context_get_registry (spill->context), &str);
-  return service != NULL &&
-         bus_service_get_primary_owners_connection (service) == member;
+  return destination != NULL &&
+         bus_mcast_owner_of (bus_context_get_registry (spill->context),
+                             destination) == member;
 }
 
 /* Refuses a copy the member has no room for, as stock refuses a message

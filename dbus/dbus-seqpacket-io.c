@@ -62,10 +62,10 @@ struct DBusSeqpacketFraming
   /** Length of the pending packet (for a long message from the daemon,
    * of the whole message) */
   int pending_len;
-  /** Kernel id of the pending packet's sender, 0 for the daemon */
-  dbus_uint64_t pending_sender_id;
-  /** For the daemon: the pending packet is this diverted copy (seq not 0) */
-  DBusSeqpacketDiverted pending_diverted;
+  /** Where the pending packet came from: .sender_id, the kernel id of
+   * its sender (0 for the daemon); for the daemon, with .seq not 0, it is
+   * that diverted copy */
+  DBusSeqpacketDiverted pending_from;
   /** The daemon's end: the kernel sender id the message being written
    * goes out under (a diverted copy written back), or 0 */
   dbus_uint64_t forward_id;
@@ -610,11 +610,15 @@ keep_pending (DBusSeqpacketFraming        *framing,
                  len);
   framing->pending_start = start;
   framing->pending_len = len;
-  framing->pending_sender_id = sender_id;
   if (diverted != NULL)
-    framing->pending_diverted = *diverted;
+    {
+      framing->pending_from = *diverted;
+    }
   else
-    framing->pending_diverted.seq = 0;
+    {
+      framing->pending_from.seq = 0;
+      framing->pending_from.sender_id = sender_id;
+    }
 }
 
 /* Whether group packets kept until the Hello reply are still to be
@@ -1019,16 +1023,15 @@ static void
 place_packet (DBusSeqpacketFraming *framing,
               DBusString           *buffer)
 {
-  DBusSeqpacketDiverted diverted = framing->pending_diverted;
-  dbus_uint64_t sender_id = framing->pending_sender_id;
+  DBusSeqpacketDiverted from = framing->pending_from;
   int start = framing->pending_start;
   int len = framing->pending_len;
 
   framing->pending_start = -1;
-  if (diverted.seq != 0)
-    diverted_packet (framing, &diverted, buffer, start, len);
-  else if (sender_id != 0)
-    peer_packet (framing, sender_id, buffer, start, len);
+  if (from.seq != 0)
+    diverted_packet (framing, &from, buffer, start, len);
+  else if (from.sender_id != 0)
+    peer_packet (framing, from.sender_id, buffer, start, len);
   else
     daemon_packet (framing, buffer, start, len);
 }
