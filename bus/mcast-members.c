@@ -1151,10 +1151,31 @@ names_have (DBusList   *list,
   return FALSE;
 }
 
+/* Whether @mc's peer filter holds @name since the last time it took it */
+static dbus_bool_t
+is_holding (BusMcastConnection *mc,
+            const char         *name)
+{
+  DBusList *link;
+
+  for (link = _dbus_list_get_first_link (&mc->held);
+       link != NULL;
+       link = _dbus_list_get_next_link (&mc->held, link))
+    {
+      const Holding *holding = link->data;
+
+      if (holding->holding && strcmp (holding->held.name, name) == 0)
+        return TRUE;
+    }
+
+  return FALSE;
+}
+
 /* The commit just made installed @mc's peer filter, which holds the
  * well-known names in mc->names: note which it took and which it let go,
- * and forget the oldest it let go beyond HELD_KEPT.  This must not be
- * lost, or a caller would miss its NoReply error: wait for memory. */
+ * and of those it let go, forget the ones it took first beyond
+ * HELD_KEPT.  This must not be lost, or a caller would miss its NoReply
+ * error: wait for memory. */
 static void
 note_held (BusMcastMembers    *members,
            BusMcastConnection *mc)
@@ -1183,13 +1204,7 @@ note_held (BusMcastMembers    *members,
       const char *name = link->data;
       Holding *holding;
 
-      for (next = _dbus_list_get_first_link (&mc->held);
-           next != NULL &&
-           !(((Holding *) next->data)->holding &&
-             strcmp (((Holding *) next->data)->held.name, name) == 0);
-           next = _dbus_list_get_next_link (&mc->held, next))
-        ;
-      if (name[0] == ':' || next != NULL)
+      if (name[0] == ':' || is_holding (mc, name))
         continue;
 
       while ((holding = dbus_new0 (Holding, 1)) == NULL)
