@@ -19,10 +19,10 @@
 #include "dbus-marshal-validate.h"
 #include "dbus-match-rule.h"
 #include "dbus-message-internal.h"
-#include "dbus-sysdeps-seqpacket.h"
 #include "dbus-message-private.h"
 #include "dbus-protocol.h"
 #include "dbus-seqpacket-io.h"
+#include "dbus-sysdeps-seqpacket.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -526,9 +526,14 @@ _dbus_mcast_member_sent (DBusMcastMember *member,
   if (call != NULL && call->destination != NULL &&
       !answered_by_destination (call))
     {
-      call->routed = member->prepared_direct;
-      call->commits_known = !call->routed &&
+      /* The kernel also keeps a message from the group that its egress
+       * filter turns to the daemon */
+      DBusSeqpacketSent sent = member->prepared_direct ?
+          DBUS_SEQPACKET_SENT_ALONE :
           _dbus_seqpacket_get_sent_commits (fd, &call->sent_commits);
+
+      call->routed = sent == DBUS_SEQPACKET_SENT_ALONE;
+      call->commits_known = sent == DBUS_SEQPACKET_SENT_TO_GROUP;
     }
 
   if (member->prepared_fence)

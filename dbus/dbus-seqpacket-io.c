@@ -618,6 +618,7 @@ keep_pending (DBusSeqpacketFraming        *framing,
     {
       framing->pending_from.seq = 0;
       framing->pending_from.sender_id = sender_id;
+      framing->pending_from.invalid = FALSE;
     }
 }
 

@@ -292,26 +292,29 @@ _dbus_seqpacket_mcast_supported (DBusSocket fd)
 }
 
 /**
- * How many commits the group of the member @fd had made when the kernel
- * filtered the member's last group send (UNIX_GROUP_SENT_COMMITS): which
- * members the filters then in place let it reach.
+ * Whether the last send of the member @fd reached the group and, if so,
+ * how many commits the group had made when the kernel filtered it
+ * (UNIX_GROUP_SENT_COMMITS): which members the filters then in place let
+ * it reach.  A send the kernel kept from the group (to the acceptor
+ * alone, or by the egress filter) did not.
  *
  * @param fd a member's SOCK_SEQPACKET socket
  * @param commits where to store the count
- * @returns #FALSE if the kernel cannot tell
+ * @returns where the send went
  */
-dbus_bool_t
+DBusSeqpacketSent
 _dbus_seqpacket_get_sent_commits (DBusSocket     fd,
                                   dbus_uint32_t *commits)
 {
 #ifdef DBUS_HAVE_MCAST_UAPI
   socklen_t len = sizeof (*commits);
 
-  return getsockopt (fd.fd, SOL_UNIX, UNIX_GROUP_SENT_COMMITS, commits,
-                     &len) == 0;
-#else
-  return FALSE;
+  if (getsockopt (fd.fd, SOL_UNIX, UNIX_GROUP_SENT_COMMITS, commits, &len) == 0)
+    return DBUS_SEQPACKET_SENT_TO_GROUP;
+  if (errno == ENODATA)
+    return DBUS_SEQPACKET_SENT_ALONE;
 #endif
+  return DBUS_SEQPACKET_SENT_UNKNOWN;
 }
 
 /**

@@ -34,8 +34,16 @@ dbus_bool_t _dbus_seqpacket_mcast_supported (DBusSocket  fd);
 DBUS_PRIVATE_EXPORT
 dbus_bool_t _dbus_seqpacket_set_passid          (DBusSocket  fd,
                                                  DBusError  *error);
-dbus_bool_t _dbus_seqpacket_get_sent_commits    (DBusSocket     fd,
-                                                 dbus_uint32_t *commits);
+/** Where a member's last send went, as the kernel tells */
+typedef enum
+{
+  DBUS_SEQPACKET_SENT_UNKNOWN,   /**< the kernel cannot tell */
+  DBUS_SEQPACKET_SENT_ALONE,     /**< not to the group: the daemon alone got it */
+  DBUS_SEQPACKET_SENT_TO_GROUP   /**< to the group, under the commit count given */
+} DBusSeqpacketSent;
+
+DBusSeqpacketSent _dbus_seqpacket_get_sent_commits (DBusSocket     fd,
+                                                    dbus_uint32_t *commits);
 
 DBUS_END_DECLS
 
