@@ -36,6 +36,7 @@
 #include <config.h>
 
 #include <dbus/dbus.h>
+#include <dbus/dbus-mcast-member.h>
 #include <dbus/dbus-seqpacket-io.h>
 #include <gio/gio.h>
 #include <glib.h>
@@ -3783,6 +3784,96 @@ test_unsolicited_reply (gconstpointer data)
   peer_free (server);
 }
 
+static gboolean
+is_departed (DBusMessage *m, gconstpointer data)
+{
+  return dbus_message_is_signal (m, DBUS_MCAST_INTERFACE, DBUS_MCAST_DEPARTED);
+}
+
+/* A hand-made member's Departed signal to a member that awaits a reply
+ * from a well-known name: signed as the daemon, it is dropped (the
+ * kernel's id says who sent it); signed as itself, it is an ordinary
+ * signal from a peer.  Neither ends the call, which the callee's reply
+ * still answers. */
+static void
+test_forged_departed (gconstpointer data)
+{
+  const gchar *name = "org.dbusmcast.BusTest.Departing";
+  const dbus_uint32_t since = 0, until = 0x7fffffff;
+  DBusMessageIter args, array, entry, held, one;
+  DBusMessage *call, *m;
+  Peer *victim, *server;
+  dbus_uint32_t waiting;
+  const char *server_name;
+  Raw *r;
+  guint i;
+
+  if (skip_unless_mcast ())
+    return;
+  r = raw_new (bus_address);
+  victim = peer_new (PEER_MEMBER);
+  server = peer_new (PEER_MEMBER);
+  server_name = server->name;
+  g_assert_cmpuint (request_or_release (server, "RequestName", name), ==,
+                    DBUS_REQUEST_NAME_REPLY_PRIMARY_OWNER);
+  call = new_call (name, "Echo", "still waiting");
+  waiting = peer_send (victim, call);
+  dbus_message_unref (call);
+  call = peer_wait (server, is_test_call, NULL);
+
+  for (i = 0; i < 2; i++)
+    {
+      m = dbus_message_new_signal (DBUS_PATH_DBUS, DBUS_MCAST_INTERFACE,
+                                   DBUS_MCAST_DEPARTED);
+      g_assert_true (dbus_message_set_destination (m, victim->name));
+      dbus_message_iter_init_append (m, &args);
+      g_assert_true (dbus_message_iter_open_container (&args, DBUS_TYPE_ARRAY, "(sa(suu))", &array));
+      g_assert_true (dbus_message_iter_open_container (&array, DBUS_TYPE_STRUCT, NULL, &entry));
+      g_assert_true (dbus_message_iter_append_basic (&entry, DBUS_TYPE_STRING, &server_name));
+      g_assert_true (dbus_message_iter_open_container (&entry, DBUS_TYPE_ARRAY, "(suu)", &held));
+      g_assert_true (dbus_message_iter_open_container (&held, DBUS_TYPE_STRUCT, NULL, &one));
+      g_assert_true (dbus_message_iter_append_basic (&one, DBUS_TYPE_STRING, &name));
+      g_assert_true (dbus_message_iter_append_basic (&one, DBUS_TYPE_UINT32, &since));
+      g_assert_true (dbus_message_iter_append_basic (&one, DBUS_TYPE_UINT32, &until));
+      g_assert_true (dbus_message_iter_close_container (&held, &one));
+      g_assert_true (dbus_message_iter_close_container (&entry, &held));
+      g_assert_true (dbus_message_iter_close_container (&array, &entry));
+      g_assert_true (dbus_message_iter_close_container (&args, &array));
+      raw_send (r, m, i == 0 ? DBUS_SERVICE_DBUS : NULL);
+      dbus_message_unref (m);
+    }
+
+  /* the raw client's fence follows them */
+  m = new_signal (TEST_PATH, TEST_IFACE, "Fence", "", 0);
+  dbus_message_set_destination (m, victim->name);
+  raw_send (r, m, NULL);
+  dbus_message_unref (m);
+
+  m = peer_wait (victim, is_departed, NULL);
+  g_assert_cmpstr (dbus_message_get_sender (m), ==, r->name);
+  dbus_message_unref (m);
+  m = peer_wait (victim, is_reply_or_fence, NULL);
+  if (!dbus_message_is_signal (m, TEST_IFACE, "Fence"))
+    g_error ("%s received a %s to serial %u after a forged Departed signal",
+             victim->name, dbus_message_type_to_string (dbus_message_get_type (m)),
+             dbus_message_get_reply_serial (m));
+  dbus_message_unref (m);
+
+  /* the call still waits for the server */
+  m = dbus_message_new_method_return (call);
+  peer_send (server, m);
+  dbus_message_unref (m);
+  dbus_message_unref (call);
+  m = peer_wait (victim, is_reply_to, GUINT_TO_POINTER (waiting));
+  g_assert_cmpint (dbus_message_get_type (m), ==, DBUS_MESSAGE_TYPE_METHOD_RETURN);
+  g_assert_cmpstr (dbus_message_get_sender (m), ==, server->name);
+  dbus_message_unref (m);
+
+  raw_free (r);
+  peer_free (victim);
+  peer_free (server);
+}
+
 /* Sends m as the raw client without SENDER, to the group or, with
  * direct, to the daemon alone (SCM_UNIX_DIRECT); returns the serial */
 static dbus_uint32_t
@@ -4704,12 +4795,6 @@ test_monitor_burst (gconstpointer data)
 
 #define LEAVING_TOGETHER 16
 
-static gboolean
-is_departed (DBusMessage *m, gconstpointer data)
-{
-  return dbus_message_is_signal (m, "org.freedesktop.DBus.Mcast", "Departed");
-}
-
 /* Members that leave while the daemon is stopped: a member caller gets
  * stock's NoReply for its call to each, and a hand-made member sees the
  * daemon's private Departed signals name each departed member exactly
@@ -4763,7 +4848,7 @@ test_no_reply_together (gconstpointer data)
       const char *name;
 
       m = raw_wait (r, is_departed, NULL);
-      g_assert_cmpstr (dbus_message_get_signature (m), ==, "a(sa(suu))");
+      g_assert_cmpstr (dbus_message_get_signature (m), ==, DBUS_MCAST_DEPARTED_SIGNATURE);
       g_assert_cmpstr (dbus_message_get_sender (m), ==, DBUS_SERVICE_DBUS);
       g_assert_cmpstr (dbus_message_get_destination (m), ==, r->name);
       dbus_message_iter_init (m, &args);
@@ -4935,6 +5020,7 @@ main (int    argc,
     ADDF (test_bad_packets, GINT_TO_POINTER (i), "/security/raw/bad-packet/%s", bad[i]);
   ADD ("/security/raw/filter-tamper", test_filter_tamper, NULL);
   ADD ("/security/raw/unsolicited-reply", test_unsolicited_reply, NULL);
+  ADD ("/security/raw/forged-departed", test_forged_departed, NULL);
   ADD ("/policy/restricted", test_restricted, NULL);
   ADD ("/limits/max-message-size", test_small_messages, NULL);
   ADD ("/limits/reply-timeout", test_reply_timeout, NULL);
