@@ -594,12 +594,30 @@ stage_program (DBusConnection        *connection,
   return TRUE;
 }
 
+/* Whether @list, of names, has @name */
+static dbus_bool_t
+names_have (DBusList   *list,
+            const char *name)
+{
+  DBusList *link;
+
+  for (link = _dbus_list_get_first_link (&list);
+       link != NULL;
+       link = _dbus_list_get_next_link (&list, link))
+    {
+      if (strcmp (link->data, name) == 0)
+        return TRUE;
+    }
+
+  return FALSE;
+}
+
 /* Whether the names @mc owns now (mc->names) are those its peer filter
  * holds, in any order */
 static dbus_bool_t
 names_unchanged (BusMcastConnection *mc)
 {
-  DBusList *link, *other;
+  DBusList *link;
 
   if (!mc->names_known ||
       _dbus_list_get_length (&mc->names) != _dbus_list_get_length (&mc->compiled_names))
@@ -609,14 +627,7 @@ names_unchanged (BusMcastConnection *mc)
        link != NULL;
        link = _dbus_list_get_next_link (&mc->names, link))
     {
-      for (other = _dbus_list_get_first_link (&mc->compiled_names);
-           other != NULL;
-           other = _dbus_list_get_next_link (&mc->compiled_names, other))
-        {
-          if (strcmp (link->data, other->data) == 0)
-            break;
-        }
-      if (other == NULL)
+      if (!names_have (mc->compiled_names, link->data))
         return FALSE;
     }
 
@@ -1131,24 +1142,6 @@ divert_new_owners (BusMcastMembers *members)
                        bus_connection_get_name (mc->connection),
                        (const char *) name->data, _dbus_strerror (errno));
     }
-}
-
-/* Whether @list, of names, has @name */
-static dbus_bool_t
-names_have (DBusList   *list,
-            const char *name)
-{
-  DBusList *link;
-
-  for (link = _dbus_list_get_first_link (&list);
-       link != NULL;
-       link = _dbus_list_get_next_link (&list, link))
-    {
-      if (strcmp (link->data, name) == 0)
-        return TRUE;
-    }
-
-  return FALSE;
 }
 
 /* Whether @mc's peer filter holds @name since the last time it took it */

@@ -81,6 +81,9 @@ struct DBusMcastMember
                                   *   last packet is */
   dbus_bool_t prepared_direct; /**< it goes to the daemon alone */
   dbus_bool_t prepared_fence;    /**< writing stops after it */
+  /** it is a call to a well-known name we await a reply to: once sent,
+   * ask the kernel who got it (_dbus_mcast_member_sent()) */
+  dbus_bool_t prepared_by_name;
   DBusHashTable *pending;        /**< serial -> PendingCall */
   /** How many of them count towards the reply limit */
   dbus_uint32_t n_counted;
@@ -407,6 +410,7 @@ _dbus_mcast_member_prepare (DBusMcastMember *member,
 
   member->prepared_direct = FALSE;
   member->prepared_fence = FALSE;
+  member->prepared_by_name = FALSE;
 
   switch (member->state)
     {
@@ -463,6 +467,8 @@ _dbus_mcast_member_prepare (DBusMcastMember *member,
 
           if (no_reply && call != NULL && call->rule != NULL)
             apply_rule (member, call);
+          member->prepared_by_name = call != NULL &&
+              call->destination != NULL && !answered_by_destination (call);
         }
 
       if (!_dbus_mcast_group_can_carry (message))
@@ -520,11 +526,11 @@ _dbus_mcast_member_sent (DBusMcastMember *member,
 {
   PendingCall *call = NULL;
 
-  if (member->state == STATE_MEMBER && member->prepared_serial != 0)
+  /* Looked up again: a forged reply may have ended the call meanwhile */
+  if (member->prepared_by_name)
     call = _dbus_hash_table_lookup_uintptr (member->pending,
                                             member->prepared_serial);
-  if (call != NULL && call->destination != NULL &&
-      !answered_by_destination (call))
+  if (call != NULL)
     {
       /* The kernel also keeps a message from the group that its egress
        * filter turns to the daemon */
