@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include <dbus/dbus-internals.h>
+#include <dbus/dbus-mcast-uapi.h>
 #include <dbus/dbus-seqpacket-io.h>
 
 #include "mcast-bpf.h"
@@ -24,9 +25,17 @@
 
 /* ---- What the program passes with, and the message layout -------------- */
 
-/* A socket filter's return value is the number of bytes to keep. */
+/* A socket filter's return value is the number of bytes to keep.  A
+ * member's peer filter claims a message addressed to one of its names
+ * (UNIX_PEER_ADDRESSEE, which keeps it whole too): the kernel then tells
+ * the sender which member got it (UNIX_GROUP_SENT_TO). */
 #define PASS_VALUE 0xffffffffu
 #define DROP_VALUE 0u
+#ifdef DBUS_HAVE_MCAST_UAPI
+#define ADDRESSEE_VALUE UNIX_PEER_ADDRESSEE
+#else
+#define ADDRESSEE_VALUE PASS_VALUE /* no group to claim anything in */
+#endif
 
 /* Every known header field appears at most once in a valid message, so this
  * many cover every message a member may receive from the group (one with
@@ -1071,9 +1080,10 @@ emit_program (BusMcastCompiler *c,
 {
   BusMcastBpf *bpf = c->bpf;
   dbus_bool_t member = c->filter->kind == BUS_MCAST_FILTER_MEMBER;
-  int pass, drop, walked, no_destination, eavesdrop;
+  int pass, addressee, drop, walked, no_destination, eavesdrop;
 
   pass = bus_mcast_bpf_label_new (bpf);
+  addressee = bus_mcast_bpf_label_new (bpf);
   drop = bus_mcast_bpf_label_new (bpf);
   walked = bus_mcast_bpf_label_new (bpf);
   no_destination = bus_mcast_bpf_label_new (bpf);
@@ -1088,7 +1098,7 @@ emit_program (BusMcastCompiler *c,
   if (member)
     {
       /* ours, or eavesdropped */
-      emit_names (c, pass, eavesdrop);
+      emit_names (c, addressee, eavesdrop);
       bus_mcast_bpf_label_place (bpf, eavesdrop);
       emit_rule_section (c, SECTION_EAVESDROP, pass, drop);
     }
@@ -1115,6 +1125,8 @@ emit_program (BusMcastCompiler *c,
 
   bus_mcast_bpf_label_place (bpf, pass);
   bus_mcast_bpf_emit_stmt (bpf, BPF_RET | BPF_K, PASS_VALUE);
+  bus_mcast_bpf_label_place (bpf, addressee);
+  bus_mcast_bpf_emit_stmt (bpf, BPF_RET | BPF_K, ADDRESSEE_VALUE);
   bus_mcast_bpf_label_place (bpf, drop);
   bus_mcast_bpf_emit_stmt (bpf, BPF_RET | BPF_K, DROP_VALUE);
 }

@@ -56,22 +56,7 @@ typedef struct
   /** member: its table of owners as the Owners signals it was sent left
    * it (_dbus_mcast_owners_record(); tell_owners()) */
   DBusHashTable *told;
-  /** member: Holding *, the well-known names its peer filter held, in
-   * the order it took them (note_held()) */
-  DBusList *held;
 } BusMcastConnection;
-
-/* A well-known name a member's peer filter took at one commit */
-typedef struct
-{
-  BusMcastHeld held;           /**< .until only once it no longer holds it */
-  dbus_bool_t holding;         /**< its peer filter still holds it */
-} Holding;
-
-/* How many names a member's peer filter no longer holds the daemon
- * remembers for it: a call to one of them older than that, still
- * unanswered when the member leaves, waits for its own timeout */
-#define HELD_KEPT 128
 
 /* The last two times a well-known name went into or out of members'
  * hands, as commit counts (the commit that installed the change) */
@@ -145,15 +130,6 @@ program_copy (BusMcastProgram       *installed,
 }
 
 static void
-holding_free (void *data)
-{
-  Holding *holding = data;
-
-  dbus_free (holding->held.name);
-  dbus_free (holding);
-}
-
-static void
 mcast_connection_free (void *data)
 {
   BusMcastConnection *mc = data;
@@ -164,7 +140,6 @@ mcast_connection_free (void *data)
   bus_mcast_program_clear (&mc->peer_filter);
   if (mc->told != NULL)
     _dbus_hash_table_unref (mc->told);
-  _dbus_list_clear_full (&mc->held, holding_free);
   dbus_free (mc);
 }
 
@@ -1144,132 +1119,6 @@ divert_new_owners (BusMcastMembers *members)
     }
 }
 
-/* Whether @mc's peer filter holds @name since the last time it took it */
-static dbus_bool_t
-is_holding (BusMcastConnection *mc,
-            const char         *name)
-{
-  DBusList *link;
-
-  for (link = _dbus_list_get_first_link (&mc->held);
-       link != NULL;
-       link = _dbus_list_get_next_link (&mc->held, link))
-    {
-      const Holding *holding = link->data;
-
-      if (holding->holding && strcmp (holding->held.name, name) == 0)
-        return TRUE;
-    }
-
-  return FALSE;
-}
-
-/* The commit just made installed @mc's peer filter, which holds the
- * well-known names in mc->names: note which it took and which it let go,
- * and of those it let go, forget the ones it took first beyond
- * HELD_KEPT.  This must not be lost, or a caller would miss its NoReply
- * error: wait for memory. */
-static void
-note_held (BusMcastMembers    *members,
-           BusMcastConnection *mc)
-{
-  DBusList *link, *next;
-  int released = 0;
-
-  for (link = _dbus_list_get_first_link (&mc->held);
-       link != NULL;
-       link = _dbus_list_get_next_link (&mc->held, link))
-    {
-      Holding *holding = link->data;
-
-      if (holding->holding && !names_have (mc->names, holding->held.name))
-        {
-          holding->holding = FALSE;
-          holding->held.until = members->commits;
-        }
-      released += !holding->holding;
-    }
-
-  for (link = _dbus_list_get_first_link (&mc->names);
-       link != NULL;
-       link = _dbus_list_get_next_link (&mc->names, link))
-    {
-      const char *name = link->data;
-      Holding *holding;
-
-      if (name[0] == ':' || is_holding (mc, name))
-        continue;
-
-      while ((holding = dbus_new0 (Holding, 1)) == NULL)
-        _dbus_wait_for_memory ();
-      while ((holding->held.name = _dbus_strdup (name)) == NULL)
-        _dbus_wait_for_memory ();
-      holding->held.since = members->commits;
-      holding->holding = TRUE;
-      while (!_dbus_list_append (&mc->held, holding))
-        _dbus_wait_for_memory ();
-    }
-
-  for (link = _dbus_list_get_first_link (&mc->held);
-       link != NULL && released > HELD_KEPT;
-       link = next)
-    {
-      next = _dbus_list_get_next_link (&mc->held, link);
-      if (!((Holding *) link->data)->holding)
-        {
-          holding_free (link->data);
-          _dbus_list_remove_link (&mc->held, link);
-          released--;
-        }
-    }
-}
-
-BusMcastHeld *
-bus_mcast_members_get_held (BusMcastMembers *members,
-                            DBusConnection  *connection)
-{
-  BusMcastConnection *mc = mcast_connection_get (connection);
-  BusMcastHeld *held;
-  DBusList *link;
-  int n = 0;
-
-  held = dbus_new0 (BusMcastHeld, mc == NULL ? 1 : _dbus_list_get_length (&mc->held) + 1);
-  if (held == NULL || mc == NULL)
-    return held;
-
-  for (link = _dbus_list_get_first_link (&mc->held);
-       link != NULL;
-       link = _dbus_list_get_next_link (&mc->held, link))
-    {
-      const Holding *holding = link->data;
-
-      held[n] = holding->held;
-      if (holding->holding)
-        held[n].until = members->commits + 1;
-      held[n].name = _dbus_strdup (holding->held.name);
-      if (held[n++].name == NULL)
-        {
-          bus_mcast_held_free (held);
-          return NULL;
-        }
-    }
-
-  return held;
-}
-
-void
-bus_mcast_held_free (BusMcastHeld *held)
-{
-  int i;
-
-  if (held == NULL)
-    return;
-
-  for (i = 0; held[i].name != NULL; i++)
-    dbus_free (held[i].name);
-  dbus_free (held);
-}
-
 /* Installs every program the flush staged with one UNIX_GROUP_COMMIT: a
  * message is filtered by all of them or by none, so a name moving from
  * one member to another reaches exactly one of them (doc/design.md).
@@ -1324,10 +1173,6 @@ commit_staged (BusMcastMembers *members)
       else if (mc->recompiled && !tell_owners (members, mc, &error))
         {
           disconnect_member (members, mc, &error);
-        }
-      else if (mc->staged)
-        {
-          note_held (members, mc);
         }
       mc->staged = FALSE;
       mc->recompiled = FALSE;

@@ -19,10 +19,7 @@
  * installed with one UNIX_GROUP_COMMIT, so a message sees all of them or
  * none; for group copies the daemon reads after a name moved, it keeps
  * which names went into or out of members' hands at which commit, and
- * who owned them before if not a member (bus_mcast_members_owner_then()),
- * and for each member which names its peer filter held between which
- * commits (bus_mcast_members_get_held()): a call addressed to a name
- * reached the member that held it when the call was filtered.
+ * who owned them before if not a member (bus_mcast_members_owner_then()).
  * A bus without members compiles nothing.
  *
  * Copyright (C) 2026 dbus-mcast contributors
@@ -101,23 +98,5 @@ BusMcastOwner    bus_mcast_members_owner_then     (BusMcastMembers   *members,
                                                    const char        *name,
                                                    dbus_uint32_t      commits,
                                                    const char       **other);
-
-/* A well-known name a member's peer filter held: what the kernel
- * filtered under a commit count from @since up to, not including,
- * @until, and addressed to @name, reached that member */
-typedef struct
-{
-  char *name;
-  dbus_uint32_t since;
-  dbus_uint32_t until;
-} BusMcastHeld;
-
-/* The well-known names @connection's peer filter held since it became a
- * member, as far back as the daemon keeps them (HELD_KEPT): an array
- * ending with a NULL name, for bus_mcast_held_free(), or NULL if no
- * memory.  A name it holds now is held until the next commit. */
-BusMcastHeld    *bus_mcast_members_get_held       (BusMcastMembers   *members,
-                                                   DBusConnection    *connection);
-void             bus_mcast_held_free              (BusMcastHeld      *held);
 
 #endif /* BUS_MCAST_MEMBERS_H */

@@ -58,8 +58,6 @@ typedef struct
   BusMcastMembers *members;
   BusMcastObserver *observer;
   char *name;                  /**< its unique name */
-  BusMcastHeld *held;          /**< the well-known names its peer filter
-                                    held, and when */
 } Departure;
 
 /* A member's message from the group's copy queue, waiting to be
@@ -212,7 +210,6 @@ static void
 departure_free (Departure *departure)
 {
   dbus_free (departure->name);
-  bus_mcast_held_free (departure->held);
   dbus_free (departure);
 }
 
@@ -221,52 +218,23 @@ departure_free (Departure *departure)
 static DBusMessage *
 new_departed (DBusList *departures)
 {
-  DBusMessageIter args, array, entry, held, one;
   DBusMessage *signal;
+  const char **names;
   DBusList *link;
-  dbus_bool_t ok;
-  int i;
+  int n = 0;
 
-  signal = dbus_message_new_signal (DBUS_PATH_DBUS, DBUS_MCAST_INTERFACE,
-                                    DBUS_MCAST_DEPARTED);
-  if (signal == NULL)
+  names = dbus_new (const char *, _dbus_list_get_length (&departures));
+  if (names == NULL)
     return NULL;
 
-  dbus_message_iter_init_append (signal, &args);
-  ok = dbus_message_set_sender (signal, DBUS_SERVICE_DBUS) &&
-       dbus_message_iter_open_container (&args, DBUS_TYPE_ARRAY, "(sa(suu))",
-                                         &array);
   for (link = _dbus_list_get_first_link (&departures);
-       ok && link != NULL;
+       link != NULL;
        link = _dbus_list_get_next_link (&departures, link))
-    {
-      Departure *departure = link->data;
+    names[n++] = ((Departure *) link->data)->name;
 
-      ok = dbus_message_iter_open_container (&array, DBUS_TYPE_STRUCT, NULL,
-                                             &entry) &&
-           dbus_message_iter_append_basic (&entry, DBUS_TYPE_STRING,
-                                           &departure->name) &&
-           dbus_message_iter_open_container (&entry, DBUS_TYPE_ARRAY, "(suu)",
-                                             &held);
-      for (i = 0; ok && departure->held[i].name != NULL; i++)
-        ok = dbus_message_iter_open_container (&held, DBUS_TYPE_STRUCT, NULL,
-                                               &one) &&
-             dbus_message_iter_append_basic (&one, DBUS_TYPE_STRING,
-                                             &departure->held[i].name) &&
-             dbus_message_iter_append_basic (&one, DBUS_TYPE_UINT32,
-                                             &departure->held[i].since) &&
-             dbus_message_iter_append_basic (&one, DBUS_TYPE_UINT32,
-                                             &departure->held[i].until) &&
-             dbus_message_iter_close_container (&held, &one);
-      ok = ok && dbus_message_iter_close_container (&entry, &held) &&
-           dbus_message_iter_close_container (&array, &entry);
-    }
-
-  if (ok && dbus_message_iter_close_container (&args, &array))
-    return signal;
-
-  dbus_message_unref (signal);
-  return NULL;
+  signal = _dbus_mcast_departed_new (names, n);
+  dbus_free (names);
+  return signal;
 }
 
 /* Sends @data, the Departed signal, to the member @connection (not a
@@ -913,8 +881,6 @@ bus_mcast_routing_departed (BusMcastRouting *routing,
   while ((departure = dbus_new0 (Departure, 1)) == NULL)
     _dbus_wait_for_memory ();
   while ((departure->name = _dbus_strdup (bus_connection_get_name (connection))) == NULL)
-    _dbus_wait_for_memory ();
-  while ((departure->held = bus_mcast_members_get_held (members, connection)) == NULL)
     _dbus_wait_for_memory ();
   departure->members = members;
   departure->observer =

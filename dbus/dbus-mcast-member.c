@@ -55,15 +55,14 @@ typedef struct
   dbus_bool_t applied;
   /** Counts towards the bus's max_replies_per_connection (counts_reply()) */
   dbus_bool_t counted;
-  /** Went to the daemon alone, which routed it: the daemon answers it if
-   * its callee leaves */
+  /** Reached no member as its addressee: the daemon routed it, and
+   * answers it if its callee leaves */
   dbus_bool_t routed;
-  /** Went to the group addressed to a well-known name, and the kernel
-   * said under which of the group's commits it was filtered: the member
-   * whose peer filter held the name then received it, whoever owns the
-   * name later (departed_was_callee()) */
-  dbus_bool_t commits_known;
-  dbus_uint32_t sent_commits;
+  /** Addressed to a well-known name: the kernel's id of the member whose
+   * peer filter held the name when the call was filtered
+   * (UNIX_GROUP_SENT_TO), or 0.  That member alone may answer it, and it
+   * is lost when that member leaves, wherever the name went. */
+  dbus_uint64_t callee_id;
 } PendingCall;
 
 struct DBusMcastMember
@@ -343,14 +342,28 @@ apply_rule (DBusMcastMember *member,
 
 /* Whether only the peer @call was addressed to may answer it besides the
  * daemon: a unique name, or org.freedesktop.DBus (which no member can
- * claim).  Any member may answer a call to a well-known name: the peer
- * filter held the name at its owner. */
+ * claim) */
 static dbus_bool_t
 answered_by_destination (const PendingCall *call)
 {
   return call->destination != NULL &&
          (call->destination[0] == ':' ||
           strcmp (call->destination, DBUS_SERVICE_DBUS) == 0);
+}
+
+/* Whether the member @sender (its verified unique name) may answer @call:
+ * the peer it was addressed to, or for a call to a well-known name the
+ * member the kernel gave it to.  Any member may answer a call the daemon
+ * routed, which it may have handed to a member (an activated service). */
+static dbus_bool_t
+answerable_by (const PendingCall *call,
+               const char        *sender)
+{
+  if (answered_by_destination (call))
+    return strcmp (call->destination, sender) == 0;
+  if (call->callee_id != 0)
+    return _dbus_mcast_sender_id_of_name (sender) == call->callee_id;
+  return TRUE;
 }
 
 /* A reply to serial arrived from sender.  Returns whether it answers a
@@ -367,8 +380,7 @@ answer_call (DBusMcastMember *member,
   if (call == NULL)
     return FALSE;
 
-  if (!from_daemon && answered_by_destination (call) &&
-      (sender == NULL || strcmp (call->destination, sender) != 0))
+  if (!from_daemon && (sender == NULL || !answerable_by (call, sender)))
     return FALSE;
 
   if (call->become_monitor && from_daemon && is_return &&
@@ -514,8 +526,7 @@ _dbus_mcast_member_is_direct (DBusMcastMember *member)
 /**
  * Called when the last packet of the prepared message was written: puts
  * up the fence after Hello and after a message sent to the daemon alone,
- * and notes under which commit the kernel filtered a call to a
- * well-known name.
+ * and notes which member the kernel gave a call to a well-known name.
  *
  * @param member the state
  * @param fd the connection's socket
@@ -535,11 +546,10 @@ _dbus_mcast_member_sent (DBusMcastMember *member,
       /* The kernel also keeps a message from the group that its egress
        * filter turns to the daemon */
       DBusSeqpacketSent sent = member->prepared_direct ?
-          DBUS_SEQPACKET_SENT_ALONE :
-          _dbus_seqpacket_get_sent_commits (fd, &call->sent_commits);
+          DBUS_SEQPACKET_SENT_TO_DAEMON :
+          _dbus_seqpacket_get_sent_to (fd, &call->callee_id);
 
-      call->routed = sent == DBUS_SEQPACKET_SENT_ALONE;
-      call->commits_known = sent == DBUS_SEQPACKET_SENT_TO_GROUP;
+      call->routed = sent == DBUS_SEQPACKET_SENT_TO_DAEMON;
     }
 
   if (member->prepared_fence)
@@ -600,62 +610,18 @@ hello_answered (DBusMcastMember  *member,
   return DBUS_MCAST_KEEP;
 }
 
-/* Whether commit count @commits is at or after @since and before @until
- * (counts wrap) */
-static dbus_bool_t
-commits_within (dbus_uint32_t commits,
-                dbus_uint32_t since,
-                dbus_uint32_t until)
-{
-  return (dbus_int32_t) (commits - since) >= 0 &&
-         (dbus_int32_t) (commits - until) < 0;
-}
-
 /* Whether @call can only be answered by the member that departed as
- * @entry, an (sa(suu)) of the Departed signal: its unique name and the
- * well-known names its peer filter held, with the commits between which
- * it held each.  The kernel delivered the call to it if the call went to
- * its unique name, or to a well-known name its peer filter held when the
- * call was filtered.  The daemon answers the calls it routed to a
- * well-known name itself, as stock does. */
+ * @departed, its unique name: the call went to that name, or the kernel
+ * gave a call to a well-known name to that member.  The daemon answers
+ * the calls it routed itself, as stock does. */
 static dbus_bool_t
-departed_was_callee (PendingCall     *call,
-                     DBusMessageIter *entry)
+departed_was_callee (const PendingCall *call,
+                     const char        *departed)
 {
-  DBusMessageIter fields, held, one;
-  const char *name;
-  dbus_uint32_t since, until;
-
-  if (call->destination == NULL)
-    return FALSE;
-
-  dbus_message_iter_recurse (entry, &fields);
-  dbus_message_iter_get_basic (&fields, &name);
   if (answered_by_destination (call))
-    return strcmp (call->destination, name) == 0;
-  if (call->routed)
-    return FALSE;
-
-  dbus_message_iter_next (&fields);
-  dbus_message_iter_recurse (&fields, &held);
-  while (dbus_message_iter_get_arg_type (&held) == DBUS_TYPE_STRUCT)
-    {
-      dbus_message_iter_recurse (&held, &one);
-      dbus_message_iter_get_basic (&one, &name);
-      dbus_message_iter_next (&one);
-      dbus_message_iter_get_basic (&one, &since);
-      dbus_message_iter_next (&one);
-      dbus_message_iter_get_basic (&one, &until);
-      /* Without the kernel's count (a kernel without
-       * UNIX_GROUP_SENT_COMMITS), any time it held the name */
-      if (strcmp (call->destination, name) == 0 &&
-          (!call->commits_known ||
-           commits_within (call->sent_commits, since, until)))
-        return TRUE;
-      dbus_message_iter_next (&held);
-    }
-
-  return FALSE;
+    return strcmp (call->destination, departed) == 0;
+  return call->callee_id != 0 &&
+         call->callee_id == _dbus_mcast_sender_id_of_name (departed);
 }
 
 /* A call the Departed signal ends: which departure, and its serial */
@@ -712,6 +678,34 @@ _dbus_mcast_no_reply_new (const char    *destination,
     return error;
 
   dbus_message_unref (error);
+  return NULL;
+}
+
+/**
+ * The Departed signal dbus-daemon sends a member when the members
+ * @names left (in that order), without destination or serial.
+ *
+ * @param names their unique names
+ * @param n_names how many
+ * @returns the signal, or #NULL if no memory
+ */
+DBusMessage *
+_dbus_mcast_departed_new (const char **names,
+                          int          n_names)
+{
+  DBusMessage *signal;
+
+  signal = dbus_message_new_signal (DBUS_PATH_DBUS, DBUS_MCAST_INTERFACE,
+                                    DBUS_MCAST_DEPARTED);
+  if (signal == NULL)
+    return NULL;
+
+  if (dbus_message_set_sender (signal, DBUS_SERVICE_DBUS) &&
+      dbus_message_append_args (signal, DBUS_TYPE_ARRAY, DBUS_TYPE_STRING,
+                                &names, n_names, DBUS_TYPE_INVALID))
+    return signal;
+
+  dbus_message_unref (signal);
   return NULL;
 }
 
@@ -811,9 +805,12 @@ member_departed (DBusMcastMember *member,
       int departure = 0;
 
       dbus_message_iter_recurse (&args, &entries);
-      while (dbus_message_iter_get_arg_type (&entries) == DBUS_TYPE_STRUCT)
+      while (dbus_message_iter_get_arg_type (&entries) == DBUS_TYPE_STRING)
         {
-          if (departed_was_callee (_dbus_hash_iter_get_value (&iter), &entries))
+          const char *departed;
+
+          dbus_message_iter_get_basic (&entries, &departed);
+          if (departed_was_callee (_dbus_hash_iter_get_value (&iter), departed))
             {
               ended[n].departure = departure;
               ended[n++].serial = _dbus_hash_iter_get_uintptr_key (&iter);

@@ -61,16 +61,14 @@ DBUS_BEGIN_DECLS
 /** The daemon's departure signal: dbus-daemon sends it, as it sends
  * Routed, to every member once members have disconnected, after
  * everything they sent.  Its argument lists the members that left since
- * the last one, in the order they left: for each, its unique name and
- * the well-known names its peer filter held, each with the commits
- * between which it held it (since, until: the group's commit counts, a
- * call filtered under a count from since up to but not including until
- * reached it), an (sa(suu)).  Calls between members do not pass the
- * daemon, so only the caller's libdbus knows which of them the departed
- * members will never answer: it completes them with stock's error, which
- * dbus-daemon would have sent, and consumes the signal. */
+ * the last one, in the order they left: their unique names, an as.
+ * Calls between members do not pass the daemon, so only the caller's
+ * libdbus knows which of them the departed members will never answer
+ * (the kernel told it which member got each, UNIX_GROUP_SENT_TO): it
+ * completes them with stock's error, which dbus-daemon would have sent,
+ * and consumes the signal. */
 #define DBUS_MCAST_DEPARTED "Departed"
-#define DBUS_MCAST_DEPARTED_SIGNATURE "a(sa(suu))"
+#define DBUS_MCAST_DEPARTED_SIGNATURE "as"
 /** The daemon's owner signal: dbus-daemon sends it, as it sends Routed,
  * to a member whose match rules name well-known senders, before the reply
  * to the AddMatch that adds such a rule and whenever such a name changes
@@ -141,6 +139,9 @@ DBusMcastVerdict _dbus_mcast_load_packet    (dbus_uint64_t      sender_id,
 DBUS_PRIVATE_EXPORT
 DBusMessage  *_dbus_mcast_no_reply_new      (const char    *destination,
                                             dbus_uint32_t  reply_serial);
+DBUS_PRIVATE_EXPORT
+DBusMessage  *_dbus_mcast_departed_new      (const char   **names,
+                                            int            n_names);
 DBUS_PRIVATE_EXPORT
 dbus_bool_t   _dbus_mcast_group_can_carry   (DBusMessage *message);
 DBUS_PRIVATE_EXPORT

@@ -292,27 +292,30 @@ _dbus_seqpacket_mcast_supported (DBusSocket fd)
 }
 
 /**
- * Whether the last send of the member @fd reached the group and, if so,
- * how many commits the group had made when the kernel filtered it
- * (UNIX_GROUP_SENT_COMMITS): which members the filters then in place let
- * it reach.  A send the kernel kept from the group (to the acceptor
- * alone, or by the egress filter) did not.
+ * Which member the last send of the member @fd was addressed to: the one
+ * whose peer filter claimed it (UNIX_GROUP_SENT_TO).  A send the kernel
+ * kept from the group (to the acceptor alone, or by the egress filter),
+ * or that no member claimed, reached the daemon alone among those who
+ * may answer it.
  *
  * @param fd a member's SOCK_SEQPACKET socket
- * @param commits where to store the count
+ * @param id where to store the member's id, 0 unless it went to one
  * @returns where the send went
  */
 DBusSeqpacketSent
-_dbus_seqpacket_get_sent_commits (DBusSocket     fd,
-                                  dbus_uint32_t *commits)
+_dbus_seqpacket_get_sent_to (DBusSocket     fd,
+                             dbus_uint64_t *id)
 {
 #ifdef DBUS_HAVE_MCAST_UAPI
-  socklen_t len = sizeof (*commits);
+  socklen_t len = sizeof (*id);
 
-  if (getsockopt (fd.fd, SOL_UNIX, UNIX_GROUP_SENT_COMMITS, commits, &len) == 0)
-    return DBUS_SEQPACKET_SENT_TO_GROUP;
+  if (getsockopt (fd.fd, SOL_UNIX, UNIX_GROUP_SENT_TO, id, &len) == 0)
+    return DBUS_SEQPACKET_SENT_TO_MEMBER;
+  *id = 0;
   if (errno == ENODATA)
-    return DBUS_SEQPACKET_SENT_ALONE;
+    return DBUS_SEQPACKET_SENT_TO_DAEMON;
+#else
+  *id = 0;
 #endif
   return DBUS_SEQPACKET_SENT_UNKNOWN;
 }

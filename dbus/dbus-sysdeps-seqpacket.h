@@ -38,12 +38,12 @@ dbus_bool_t _dbus_seqpacket_set_passid          (DBusSocket  fd,
 typedef enum
 {
   DBUS_SEQPACKET_SENT_UNKNOWN,   /**< the kernel cannot tell */
-  DBUS_SEQPACKET_SENT_ALONE,     /**< not to the group: the daemon alone got it */
-  DBUS_SEQPACKET_SENT_TO_GROUP   /**< to the group, under the commit count given */
+  DBUS_SEQPACKET_SENT_TO_DAEMON, /**< to no member as its addressee */
+  DBUS_SEQPACKET_SENT_TO_MEMBER  /**< to the member with the id given */
 } DBusSeqpacketSent;
 
-DBusSeqpacketSent _dbus_seqpacket_get_sent_commits (DBusSocket     fd,
-                                                    dbus_uint32_t *commits);
+DBusSeqpacketSent _dbus_seqpacket_get_sent_to (DBusSocket     fd,
+                                               dbus_uint64_t *id);
 
 DBUS_END_DECLS
 

@@ -3701,15 +3701,20 @@ is_reply_or_fence (DBusMessage *m, gconstpointer data)
  * replies (bus/policy.c), in order; those signed as another member, and a
  * reply to a call the victim waits for from someone else than the callee,
  * do not (design.md, "What a member's libdbus checks"): the callee's
- * reply still answers that call. */
+ * reply still answers that call.  The victim calls the server by its
+ * unique name, or ("well-known") by a name the server owns: the kernel
+ * told the victim which member got that call (UNIX_GROUP_SENT_TO). */
 static void
 test_unsolicited_reply (gconstpointer data)
 {
+  const gchar *service = "org.dbusmcast.Test.Answering";
+  gboolean by_name = g_strcmp0 (data, "well-known") == 0;
   Raw *r;
   Peer *victim, *server;
   DBusMessage *call, *reply, *m;
   dbus_uint32_t answered, waiting;
   dbus_uint32_t serials[2];
+  guint64 dispatched;
   guint i;
 
   if (skip_unless_mcast ())
@@ -3717,14 +3722,18 @@ test_unsolicited_reply (gconstpointer data)
   r = raw_new (bus_address);
   victim = peer_new (PEER_MEMBER);
   server = peer_new (PEER_MEMBER);
+  if (by_name)
+    g_assert_cmpuint (request_or_release (server, "RequestName", service), ==,
+                      DBUS_REQUEST_NAME_REPLY_PRIMARY_OWNER);
 
-  call = new_call (server->name, "Echo", "once");
+  call = new_call (by_name ? service : server->name, "Echo", "once");
   answered = peer_send (victim, call);
   dbus_message_unref (call);
   dbus_message_unref (serve_one (server));
   reply = peer_wait (victim, is_reply_to, GUINT_TO_POINTER (answered));
   dbus_message_unref (reply);
-  call = new_call (server->name, "Echo", "later");
+  dispatched = get_stat (victim, "MessagesDispatched");
+  call = new_call (by_name ? service : server->name, "Echo", "later");
   waiting = peer_send (victim, call);
   dbus_message_unref (call);
 
@@ -3778,6 +3787,8 @@ test_unsolicited_reply (gconstpointer data)
   g_assert_cmpstr (dbus_message_get_sender (reply), ==, server->name);
   assert_echo (reply, "later");
   dbus_message_unref (reply);
+  /* the call and its reply went through the kernel alone */
+  assert_nothing_dispatched (victim, dispatched);
 
   raw_free (r);
   peer_free (victim);
@@ -3799,8 +3810,6 @@ static void
 test_forged_departed (gconstpointer data)
 {
   const gchar *name = "org.dbusmcast.BusTest.Departing";
-  const dbus_uint32_t since = 0, until = 0x7fffffff;
-  DBusMessageIter args, array, entry, held, one;
   DBusMessage *call, *m;
   Peer *victim, *server;
   dbus_uint32_t waiting;
@@ -3823,22 +3832,9 @@ test_forged_departed (gconstpointer data)
 
   for (i = 0; i < 2; i++)
     {
-      m = dbus_message_new_signal (DBUS_PATH_DBUS, DBUS_MCAST_INTERFACE,
-                                   DBUS_MCAST_DEPARTED);
+      m = _dbus_mcast_departed_new (&server_name, 1);
+      g_assert_nonnull (m);
       g_assert_true (dbus_message_set_destination (m, victim->name));
-      dbus_message_iter_init_append (m, &args);
-      g_assert_true (dbus_message_iter_open_container (&args, DBUS_TYPE_ARRAY, "(sa(suu))", &array));
-      g_assert_true (dbus_message_iter_open_container (&array, DBUS_TYPE_STRUCT, NULL, &entry));
-      g_assert_true (dbus_message_iter_append_basic (&entry, DBUS_TYPE_STRING, &server_name));
-      g_assert_true (dbus_message_iter_open_container (&entry, DBUS_TYPE_ARRAY, "(suu)", &held));
-      g_assert_true (dbus_message_iter_open_container (&held, DBUS_TYPE_STRUCT, NULL, &one));
-      g_assert_true (dbus_message_iter_append_basic (&one, DBUS_TYPE_STRING, &name));
-      g_assert_true (dbus_message_iter_append_basic (&one, DBUS_TYPE_UINT32, &since));
-      g_assert_true (dbus_message_iter_append_basic (&one, DBUS_TYPE_UINT32, &until));
-      g_assert_true (dbus_message_iter_close_container (&held, &one));
-      g_assert_true (dbus_message_iter_close_container (&entry, &held));
-      g_assert_true (dbus_message_iter_close_container (&array, &entry));
-      g_assert_true (dbus_message_iter_close_container (&args, &array));
       raw_send (r, m, i == 0 ? DBUS_SERVICE_DBUS : NULL);
       dbus_message_unref (m);
     }
@@ -4844,7 +4840,7 @@ test_no_reply_together (gconstpointer data)
 
   while (g_hash_table_size (left) < LEAVING_TOGETHER)
     {
-      DBusMessageIter args, entries, entry;
+      DBusMessageIter args, entries;
       const char *name;
 
       m = raw_wait (r, is_departed, NULL);
@@ -4853,10 +4849,9 @@ test_no_reply_together (gconstpointer data)
       g_assert_cmpstr (dbus_message_get_destination (m), ==, r->name);
       dbus_message_iter_init (m, &args);
       dbus_message_iter_recurse (&args, &entries);
-      while (dbus_message_iter_get_arg_type (&entries) == DBUS_TYPE_STRUCT)
+      while (dbus_message_iter_get_arg_type (&entries) == DBUS_TYPE_STRING)
         {
-          dbus_message_iter_recurse (&entries, &entry);
-          dbus_message_iter_get_basic (&entry, &name);
+          dbus_message_iter_get_basic (&entries, &name);
           g_assert_true (g_hash_table_add (left, g_strdup (name)));
           dbus_message_iter_next (&entries);
         }
@@ -5019,7 +5014,8 @@ main (int    argc,
   for (i = 0; i < G_N_ELEMENTS (bad); i++)
     ADDF (test_bad_packets, GINT_TO_POINTER (i), "/security/raw/bad-packet/%s", bad[i]);
   ADD ("/security/raw/filter-tamper", test_filter_tamper, NULL);
-  ADD ("/security/raw/unsolicited-reply", test_unsolicited_reply, NULL);
+  ADD ("/security/raw/unsolicited-reply/unique", test_unsolicited_reply, "unique");
+  ADD ("/security/raw/unsolicited-reply/well-known", test_unsolicited_reply, "well-known");
   ADD ("/security/raw/forged-departed", test_forged_departed, NULL);
   ADD ("/policy/restricted", test_restricted, NULL);
   ADD ("/limits/max-message-size", test_small_messages, NULL);

@@ -165,18 +165,39 @@ accept_next (Fixture *f)
   return g_ptr_array_index (f->accepted, n);
 }
 
+/* The peer filter of the client on the acceptor's end @fd: it returns
+ * @verdict for every message */
+static void
+set_peer_filter (int fd, guint32 verdict)
+{
+  struct sock_filter all[] = { BPF_STMT (BPF_RET | BPF_K, verdict) };
+  struct sock_fprog prog = { 1, all };
+
+  g_assert_cmpint (setsockopt (fd, SOL_UNIX, UNIX_PEER_FILTER, &prog, sizeof (prog)), ==, 0);
+}
+
 /* The daemon's steps of doc/design.md "Hello", by hand */
 static void
 admit (int fd, guint32 minor, guint32 flags)
 {
-  struct sock_filter accept_all[] = { BPF_STMT (BPF_RET | BPF_K, 0xffffffff) };
-  struct sock_fprog prog = { 1, accept_all };
   struct unix_accept_req req = { flags, 0 };
   guint64 id = ((guint64) 1 << 32) | minor;
 
   g_assert_cmpint (setsockopt (fd, SOL_UNIX, UNIX_PEER_ID, &id, sizeof (id)), ==, 0);
-  g_assert_cmpint (setsockopt (fd, SOL_UNIX, UNIX_PEER_FILTER, &prog, sizeof (prog)), ==, 0);
+  set_peer_filter (fd, 0xffffffff);
   g_assert_cmpint (setsockopt (fd, SOL_UNIX, UNIX_ACCEPT_GROUP, &req, sizeof (req)), ==, 0);
+}
+
+/* The peer filter of the client on the acceptor's end @srv claims every
+ * message as addressed to that client, as the daemon's claims the calls
+ * to the client's names (UNIX_PEER_ADDRESSEE), or only lets them through */
+static void
+claim_all (DBusConnection *srv, gboolean claim)
+{
+  int fd;
+
+  g_assert_true (dbus_connection_get_socket (srv, &fd));
+  set_peer_filter (fd, claim ? UNIX_PEER_ADDRESSEE : 0xffffffff);
 }
 
 static void
@@ -878,58 +899,25 @@ test_owners (Fixture *f, gconstpointer data)
 }
 
 /* "The daemon"'s Departed signal to A: the members names left, in that
- * order, the first one's peer filter holding services from commit since
- * to the next.  Nobody commits in these tests: A's calls are filtered
- * under count 0. */
+ * order */
 static DBusMessage *
-departed_signal (Fixture       *f,
-                 const char   **names,
-                 int            n_names,
-                 const char   **services,
-                 int            n_services,
-                 dbus_uint32_t  since)
+departed_signal (Fixture     *f,
+                 const char **names,
+                 int          n_names)
 {
-  DBusMessage *departed = dbus_message_new_signal (DBUS_PATH_DBUS,
-                                                   DBUS_MCAST_INTERFACE,
-                                                   DBUS_MCAST_DEPARTED);
-  DBusMessageIter args, array, entry, held, one;
-  dbus_uint32_t until = since + 1;
-  int i, j;
+  DBusMessage *departed = _dbus_mcast_departed_new (names, n_names);
 
-  driver_message (departed, f->a_name);
-  dbus_message_iter_init_append (departed, &args);
-  g_assert_true (dbus_message_iter_open_container (&args, DBUS_TYPE_ARRAY, "(sa(suu))", &array));
-  for (i = 0; i < n_names; i++)
-    {
-      g_assert_true (dbus_message_iter_open_container (&array, DBUS_TYPE_STRUCT, NULL, &entry));
-      g_assert_true (dbus_message_iter_append_basic (&entry, DBUS_TYPE_STRING, &names[i]));
-      g_assert_true (dbus_message_iter_open_container (&entry, DBUS_TYPE_ARRAY, "(suu)", &held));
-      for (j = 0; i == 0 && j < n_services; j++)
-        {
-          g_assert_true (dbus_message_iter_open_container (&held, DBUS_TYPE_STRUCT, NULL, &one));
-          g_assert_true (dbus_message_iter_append_basic (&one, DBUS_TYPE_STRING, &services[j]));
-          g_assert_true (dbus_message_iter_append_basic (&one, DBUS_TYPE_UINT32, &since));
-          g_assert_true (dbus_message_iter_append_basic (&one, DBUS_TYPE_UINT32, &until));
-          g_assert_true (dbus_message_iter_close_container (&held, &one));
-        }
-      g_assert_true (dbus_message_iter_close_container (&entry, &held));
-      g_assert_true (dbus_message_iter_close_container (&array, &entry));
-    }
-  g_assert_true (dbus_message_iter_close_container (&args, &array));
-  return departed;
+  g_assert_nonnull (departed);
+  return driver_message (departed, f->a_name);
 }
 
 /* "The daemon" tells A that the members names left */
 static void
-send_departed (Fixture       *f,
-               const char   **names,
-               int            n_names,
-               const char   **services,
-               int            n_services,
-               dbus_uint32_t  since)
+send_departed (Fixture     *f,
+               const char **names,
+               int          n_names)
 {
-  DBusMessage *departed = departed_signal (f, names, n_names, services,
-                                           n_services, since);
+  DBusMessage *departed = departed_signal (f, names, n_names);
 
   send_flush (f, f->a_srv, departed);
   dbus_message_unref (departed);
@@ -1014,19 +1002,21 @@ assert_no_reply (Fixture *f,
 }
 
 /* The daemon's Departed signal: A's pending calls to the departed member's
- * unique name and to a well-known name its peer filter held when the call
- * was filtered end with stock's NoReply error, newest first; its call to someone else stays pending; the signal
+ * unique name, and to a well-known name the kernel gave that member (its
+ * peer filter claimed the call), end with stock's NoReply error, newest
+ * first; a call to a well-known name the kernel gave no member (the daemon
+ * routed it, and answers it itself) and a call to someone else stay
+ * pending, and so do all of them when another member leaves; the signal
  * itself is never dispatched; a second Departed, and the daemon's own
  * NoReply for a call already answered, change nothing.  One signal for
  * members that left together ends their calls in the order they left. */
 static void
 test_departed (Fixture *f, gconstpointer data)
 {
-  const char *services[] = { "org.dbusmcast.Test.Other", "org.dbusmcast.Test.Owned" };
   const char *together[] = { ":1.8", ":1.9" };
   const char *elsewhere[] = { ":1.7" };
   const char *b[1];
-  Answer answers[4];
+  Answer answers[5];
   guint replies = 0;
   DBusMessage *m;
   int i;
@@ -1034,24 +1024,25 @@ test_departed (Fixture *f, gconstpointer data)
   if (g_test_failed () || f->a == NULL)
     return;
 
+  claim_all (f->b_srv, TRUE);
   call_pending (f, f->b_name, &answers[0], &replies);
   call_pending (f, "org.dbusmcast.Test.Owned", &answers[1], &replies);
+  claim_all (f->b_srv, FALSE);
+  call_pending (f, "org.dbusmcast.Test.Routed", &answers[4], &replies);
   call_pending (f, together[1], &answers[2], &replies);
-  for (i = 0; i < 2; i++)
+  for (i = 0; i < 3; i++)
     {
       m = next_message (f, f->b);
       g_assert_true (dbus_message_is_method_call (m, TEST_IFACE, "Hang"));
       dbus_message_unref (m);
     }
 
-  /* A member whose peer filter held the name only from commit 1 on,
-   * after the call was filtered, did not receive it */
-  send_departed (f, elsewhere, 1, services + 1, 1, 1);
+  send_departed (f, elsewhere, 1);
   assert_no_message (f, f->a, 100);
   g_assert_cmpuint (replies, ==, 0);
 
   b[0] = f->b_name;
-  send_departed (f, b, 1, services, G_N_ELEMENTS (services), 0);
+  send_departed (f, b, 1);
   wait_for_errors (f, &replies, 2);
   for (i = 0; i < 2; i++)
     assert_no_reply (f, &answers[i]);
@@ -1059,7 +1050,7 @@ test_departed (Fixture *f, gconstpointer data)
   g_assert_cmpuint (answers[1].rank, ==, 1);
   g_assert_cmpuint (answers[0].rank, ==, 2);
 
-  send_departed (f, b, 1, services, G_N_ELEMENTS (services), 0);
+  send_departed (f, b, 1);
   m = driver_message (dbus_message_new_error (answers[0].reply, DBUS_ERROR_NO_REPLY,
                                               "late"), f->a_name);
   g_assert_true (dbus_message_set_reply_serial (m, dbus_message_get_reply_serial (answers[0].reply)));
@@ -1068,9 +1059,10 @@ test_departed (Fixture *f, gconstpointer data)
   assert_no_message (f, f->a, 100);
   g_assert_cmpuint (replies, ==, 2);
   g_assert_null (answers[2].reply);
+  g_assert_null (answers[4].reply);
 
   call_pending (f, together[0], &answers[3], &replies);
-  send_departed (f, together, G_N_ELEMENTS (together), NULL, 0, 0);
+  send_departed (f, together, G_N_ELEMENTS (together));
   wait_for_errors (f, &replies, 4);
   assert_no_reply (f, &answers[3]);
   assert_no_reply (f, &answers[2]);
@@ -1366,7 +1358,7 @@ test_out_of_memory_departed (Fixture *f, gconstpointer data)
   if (g_test_failed () || f->a == NULL)
     return;
 
-  run.departed = departed_signal (f, departing, 1, NULL, 0, 0);
+  run.departed = departed_signal (f, departing, 1);
 
   g_assert_true (_dbus_test_oom_handling ("a call ends with a departure",
                                           call_ends_with_departure, &run));
