@@ -34,11 +34,14 @@
 static DBusMessage *
 new_reply_limit (DBusConnection *connection)
 {
-  int limit = bus_context_get_max_replies_per_connection (
-      bus_connection_get_context (connection));
+  BusContext *context = bus_connection_get_context (connection);
+  int limit = bus_context_get_max_replies_per_connection (context);
+  dbus_uint32_t told = limit > 0 ? (dbus_uint32_t) limit : 0;
 
+  bus_mcast_routing_told_reply_limit (bus_context_get_mcast_routing (context),
+                                      told);
   return bus_mcast_routing_new_signal (connection, DBUS_MCAST_REPLY_LIMIT,
-                                       limit > 0 ? (dbus_uint32_t) limit : 0);
+                                       told);
 }
 
 /* Sends member @connection the ReplyLimit signal @signal, behind the

@@ -14,6 +14,7 @@
 #include <stdint.h>
 #include <string.h>
 
+#include <dbus/dbus-connection-internal.h>
 #include <dbus/dbus-list.h>
 #include <dbus/dbus-mcast-member.h>
 #include <dbus/dbus-message-internal.h>
@@ -79,8 +80,21 @@ struct BusMcastRouting
   DBusList *departures;        /**< Departure *, in the order members left */
   DBusList *copies;            /**< Copy *, in the group's order */
   dbus_bool_t routing_copies;  /**< dispatching them: do not start again */
+  /** The largest reply limit members were told: at most how many calls
+   * a member awaits, and so how many NoReply errors it may make in a
+   * Departed signal's place */
+  dbus_uint32_t largest_reply_limit;
   BusMcastRoutingStats stats;
 };
+
+/* The Departed signal, without destination, and how many serials each
+ * member's copy takes: its own, and one for each NoReply error the
+ * member's libdbus may number after it (dbus-mcast-member.h) */
+typedef struct
+{
+  DBusMessage *signal;
+  dbus_uint32_t serials;
+} Departed;
 
 /* How long the daemon gathers departures into one Departed signal: when
  * N members leave together (a logout), each member gets a signal per
@@ -237,21 +251,22 @@ new_departed (DBusList *departures)
   return signal;
 }
 
-/* Sends @data, the Departed signal, to the member @connection (not a
- * monitor: monitors make no calls) behind the group copies the kernel
- * diverted from it so far, which may hold the departed members' last
- * messages */
+/* Sends @data, the Departed, to the member @connection (not a monitor:
+ * monitors make no calls) behind the group copies the kernel diverted
+ * from it so far, which may hold the departed members' last messages.
+ * Its serial is the first of a block the connection numbers nothing
+ * else with. */
 static void
 send_departed (DBusConnection *connection,
                void           *data)
 {
-  DBusMessage *departed = data;
+  Departed *departed = data;
   DBusMessage *signal;
 
   if (bus_connection_is_monitor (connection))
     return;
 
-  while ((signal = dbus_message_copy (departed)) == NULL ||
+  while ((signal = dbus_message_copy (departed->signal)) == NULL ||
          !dbus_message_set_destination (signal,
                                         bus_connection_get_name (connection)))
     {
@@ -259,6 +274,9 @@ send_departed (DBusConnection *connection,
         dbus_message_unref (signal);
       _dbus_wait_for_memory ();
     }
+  dbus_message_set_serial (signal,
+                           _dbus_connection_get_next_client_serials (
+                               connection, departed->serials));
 
   bus_mcast_spill_send_behind (
       bus_context_get_mcast_spill (bus_connection_get_context (connection)),
@@ -287,7 +305,7 @@ send_due_departures (void *data)
 {
   BusMcastRouting *routing = data;
   Departure *departure;
-  DBusMessage *departed;
+  Departed departed;
   DBusList *link;
 
   _dbus_timeout_disable (routing->send_departures);
@@ -297,8 +315,10 @@ send_due_departures (void *data)
   /* Without it members would wait for replies until their own timeouts:
    * wait for memory, as the daemon does for the departures'
    * NameOwnerChanged */
-  while ((departed = new_departed (routing->departures)) == NULL)
+  while ((departed.signal = new_departed (routing->departures)) == NULL)
     _dbus_wait_for_memory ();
+  departed.serials = routing->largest_reply_limit < _DBUS_UINT32_MAX ?
+                     routing->largest_reply_limit + 1 : _DBUS_UINT32_MAX;
 
   /* Monitors see stock's errors, members make their own */
   for (link = _dbus_list_get_first_link (&routing->departures);
@@ -310,8 +330,8 @@ send_due_departures (void *data)
     }
 
   departure = _dbus_list_get_first (&routing->departures);
-  bus_mcast_members_foreach (departure->members, send_departed, departed);
-  dbus_message_unref (departed);
+  bus_mcast_members_foreach (departure->members, send_departed, &departed);
+  dbus_message_unref (departed.signal);
   while ((departure = _dbus_list_pop_first (&routing->departures)) != NULL)
     departure_free (departure);
   return TRUE;
@@ -892,6 +912,14 @@ bus_mcast_routing_departed (BusMcastRouting *routing,
    * go into the same signal */
   if (!dbus_timeout_get_enabled (routing->send_departures))
     _dbus_timeout_restart (routing->send_departures, DEPARTURES_DELAY_MS);
+}
+
+void
+bus_mcast_routing_told_reply_limit (BusMcastRouting *routing,
+                                    dbus_uint32_t    limit)
+{
+  if (routing != NULL && limit > routing->largest_reply_limit)
+    routing->largest_reply_limit = limit;
 }
 
 void

@@ -103,6 +103,11 @@ void             bus_mcast_routing_fence               (BusMcastRouting *routing
 void             bus_mcast_routing_departed            (BusMcastRouting *routing,
                                                         BusMcastMembers *members,
                                                         DBusConnection  *connection);
+/* A member was told the reply limit @limit: it may await that many
+ * replies, each of which may end with a NoReply error its libdbus
+ * numbers from a Departed signal's block of serials */
+void             bus_mcast_routing_told_reply_limit    (BusMcastRouting *routing,
+                                                        dbus_uint32_t    limit);
 void             bus_mcast_routing_get_stats           (BusMcastRouting      *routing,
                                                         BusMcastRoutingStats *stats);
 

@@ -710,9 +710,11 @@ _dbus_mcast_departed_new (const char **names,
 }
 
 /* Appends to @out the error stock dbus-daemon sends when the recipient of
- * our call @reply_serial disconnects without replying.  It carries
- * @serial, the Departed signal's: the daemon's connection numbered that
- * one message, which it stands for. */
+ * our call @reply_serial disconnects without replying, numbered @serial:
+ * the daemon's connection numbered the Departed signal with the first
+ * serial of a block it numbers nothing else with, one for the signal and
+ * one for each call we may await (the reply limit), so the errors take
+ * the serials after it, as stock numbers each error it sends. */
 static dbus_bool_t
 append_no_reply (DBusMcastMember *member,
                  DBusString      *out,
@@ -827,7 +829,8 @@ member_departed (DBusMcastMember *member,
 
   for (i = 0; i < n; i++)
     {
-      if (!append_no_reply (member, &errors, dbus_message_get_serial (signal),
+      if (!append_no_reply (member, &errors,
+                            dbus_message_get_serial (signal) + 1 + i,
                             ended[i].serial))
         goto out_errors;
     }

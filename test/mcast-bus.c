@@ -4792,8 +4792,10 @@ test_monitor_burst (gconstpointer data)
 #define LEAVING_TOGETHER 16
 
 /* Members that leave while the daemon is stopped: a member caller gets
- * stock's NoReply for its call to each, and a hand-made member sees the
- * daemon's private Departed signals name each departed member exactly
+ * stock's NoReply for its call to each, each error with a serial of its
+ * own that the daemon numbers nothing else with (its next reply to the
+ * caller has another), as stock numbers them; and a hand-made member sees
+ * the daemon's private Departed signals name each departed member exactly
  * once, several to a signal, since the daemon noticed them together. */
 static void
 test_no_reply_together (gconstpointer data)
@@ -4802,6 +4804,7 @@ test_no_reply_together (gconstpointer data)
   Peer *leaving[LEAVING_TOGETHER];
   dbus_uint32_t serials[LEAVING_TOGETHER];
   GHashTable *left = g_hash_table_new_full (g_str_hash, g_str_equal, g_free, NULL);
+  GHashTable *error_serials = g_hash_table_new (NULL, NULL);
   const char *driver = DBUS_SERVICE_DBUS;
   dbus_uint32_t daemon_pid;
   guint i, n_signals = 0, n_errors = 0;
@@ -4870,13 +4873,20 @@ test_no_reply_together (gconstpointer data)
         if (dbus_message_get_reply_serial (m) == serials[i])
           {
             assert_no_reply (m, serials[i]);
+            g_assert_true (g_hash_table_add (error_serials,
+                                             GUINT_TO_POINTER (dbus_message_get_serial (m))));
             serials[i] = 0;
             n_errors++;
           }
       dbus_message_unref (m);
     }
+  m = driver_call (caller, DBUS_INTERFACE_DBUS, "GetId", DBUS_TYPE_INVALID);
+  g_assert_false (g_hash_table_contains (error_serials,
+                                         GUINT_TO_POINTER (dbus_message_get_serial (m))));
+  dbus_message_unref (m);
 
   raw_free (r);
+  g_hash_table_unref (error_serials);
   g_hash_table_unref (left);
   peer_free (caller);
 }

@@ -1046,9 +1046,11 @@ test_departed (Fixture *f, gconstpointer data)
   wait_for_errors (f, &replies, 2);
   for (i = 0; i < 2; i++)
     assert_no_reply (f, &answers[i]);
-  /* newest first, as stock sends them */
+  /* newest first, as stock sends them, each numbered on from the signal */
   g_assert_cmpuint (answers[1].rank, ==, 1);
   g_assert_cmpuint (answers[0].rank, ==, 2);
+  g_assert_cmpuint (dbus_message_get_serial (answers[0].reply), ==,
+                    dbus_message_get_serial (answers[1].reply) + 1);
 
   send_departed (f, b, 1);
   m = driver_message (dbus_message_new_error (answers[0].reply, DBUS_ERROR_NO_REPLY,
