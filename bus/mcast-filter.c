@@ -864,11 +864,13 @@ emit_field_string_test (BusMcastBpf *bpf,
   emit_string_test (bpf, s, fail);
 }
 
-/* Every key of @r but its sender, as far as the level allows; goes to
- * @fail if one does not match, falls through if all do. */
+/* Every key of @r but its sender and the @dispatched ones (a tree
+ * compared them already), as far as the level allows; goes to @fail if
+ * one does not match, falls through if all do. */
 static void
 emit_rule_keys (BusMcastCompiler   *c,
                 const BusMcastRule *r,
+                dbus_uint32_t       dispatched,
                 BusMcastSection     section,
                 int                 fail)
 {
@@ -883,9 +885,9 @@ emit_rule_keys (BusMcastCompiler   *c,
       bus_mcast_bpf_emit_jump (bpf, BPF_JMP | BPF_JEQ | BPF_K,
                                rule->message_type, BUS_MCAST_BPF_NEXT, fail);
     }
-  if (rule->flags & DBUS_MATCH_MEMBER)
+  if (rule->flags & DBUS_MATCH_MEMBER & ~dispatched)
     emit_field_string_test (bpf, M_MEMBER, rule->member, fail);
-  if (rule->flags & DBUS_MATCH_INTERFACE)
+  if (rule->flags & DBUS_MATCH_INTERFACE & ~dispatched)
     emit_field_string_test (bpf, M_INTERFACE, rule->interface, fail);
   if (rule->flags & DBUS_MATCH_PATH)
     emit_field_string_test (bpf, M_PATH, rule->path, fail);
@@ -925,6 +927,7 @@ static void
 emit_rule_list (BusMcastCompiler *c,
                 BusMcastRule    **rules,
                 int               n,
+                dbus_uint32_t     dispatched,
                 BusMcastSection   section,
                 int               pass,
                 int               fail)
@@ -937,13 +940,145 @@ emit_rule_list (BusMcastCompiler *c,
       int next = bus_mcast_bpf_label_new (bpf);
       int before = bus_mcast_bpf_get_length (bpf);
 
-      emit_rule_keys (c, rules[i], section, next);
+      emit_rule_keys (c, rules[i], dispatched, section, next);
       bus_mcast_bpf_emit_ja (bpf, pass);
       bus_mcast_bpf_label_place (bpf, next);
       if (bus_mcast_bpf_get_length (bpf) == before + 1)
         return;     /* matches every message: the rest can't add anything */
     }
   bus_mcast_bpf_emit_ja (bpf, fail);
+}
+
+/* The header fields that tell rules apart after their sender, in this
+ * order: a tree of the distinct values the rules ask for in one field
+ * leads to the rules with that value, and the rules without that key
+ * come after.  A message then runs the keys of the few rules that can
+ * match it, not of all: hundreds of rules that differ in their member
+ * stay exact (doc/mcast-filter.md). */
+typedef struct
+{
+  dbus_uint32_t key;          /* DBUS_MATCH_INTERFACE, ... */
+  int slot;                   /* its scratch word */
+} BusMcastDispatch;
+
+static const BusMcastDispatch dispatches[] = {
+  { DBUS_MATCH_INTERFACE, M_INTERFACE },
+  { DBUS_MATCH_MEMBER, M_MEMBER },
+};
+
+static const char *
+rule_value (const BusMcastRule *r,
+            dbus_uint32_t       key)
+{
+  return key == DBUS_MATCH_INTERFACE ? r->rule->interface : r->rule->member;
+}
+
+static int
+interface_compare (const void *a,
+                   const void *b)
+{
+  return strcmp ((*(BusMcastRule * const *) a)->rule->interface,
+                 (*(BusMcastRule * const *) b)->rule->interface);
+}
+
+static int
+member_compare (const void *a,
+                const void *b)
+{
+  return strcmp ((*(BusMcastRule * const *) a)->rule->member,
+                 (*(BusMcastRule * const *) b)->rule->member);
+}
+
+/* @rules as a tree over dispatches[@depth] and the fields after it, then
+ * one after another (emit_rule_list()): goes to @pass if one matches, to
+ * @fail if none does.  @dispatched: the keys compared on the way here. */
+static void
+emit_rule_tree (BusMcastCompiler *c,
+                BusMcastRule    **rules,
+                int               n,
+                int               depth,
+                dbus_uint32_t     dispatched,
+                BusMcastSection   section,
+                int               pass,
+                int               fail)
+{
+  BusMcastBpf *bpf = c->bpf;
+  BusMcastRule **keyed = NULL, **unkeyed = NULL;
+  BusMcastKey *keys = NULL, *sorted = NULL;
+  int *first = NULL;
+  dbus_uint32_t key;
+  int n_keyed = 0, n_unkeyed = 0, n_keys = 0, i, k, others;
+
+  if (depth == _DBUS_N_ELEMENTS (dispatches))
+    {
+      emit_rule_list (c, rules, n, dispatched, section, pass, fail);
+      return;
+    }
+
+  key = dispatches[depth].key;
+  keyed = dbus_new (BusMcastRule *, n + 1);
+  unkeyed = dbus_new (BusMcastRule *, n + 1);
+  keys = dbus_new (BusMcastKey, n + 1);
+  sorted = dbus_new (BusMcastKey, n + 1);
+  first = dbus_new (int, n + 2);
+  if (keyed == NULL || unkeyed == NULL || keys == NULL || sorted == NULL ||
+      first == NULL)
+    {
+      bus_mcast_bpf_set_oom (bpf);
+      goto out;
+    }
+
+  for (i = 0; i < n; i++)
+    {
+      if (rules[i]->rule->flags & key)
+        keyed[n_keyed++] = rules[i];
+      else
+        unkeyed[n_unkeyed++] = rules[i];
+    }
+  /* A tree of one value costs more than the rule's own test of it */
+  if (n_keyed <= 1)
+    {
+      emit_rule_tree (c, rules, n, depth + 1, dispatched, section, pass, fail);
+      goto out;
+    }
+
+  qsort (keyed, n_keyed, sizeof (BusMcastRule *),
+         key == DBUS_MATCH_INTERFACE ? interface_compare : member_compare);
+  for (i = 0; i < n_keyed; i++)
+    if (i == 0 || strcmp (rule_value (keyed[i - 1], key),
+                          rule_value (keyed[i], key)) != 0)
+      {
+        keys[n_keys].s = rule_value (keyed[i], key);
+        keys[n_keys].len = strlen (keys[n_keys].s);
+        keys[n_keys].leaf = bus_mcast_bpf_label_new (bpf);
+        first[n_keys++] = i;
+      }
+  first[n_keys] = n_keyed;
+
+  others = n_unkeyed > 0 ? bus_mcast_bpf_label_new (bpf) : fail;
+  memcpy (sorted, keys, sizeof (BusMcastKey) * n_keys);
+  /* the values are already distinct: this only orders them */
+  bus_mcast_bpf_emit_stmt (bpf, BPF_LDX | BPF_MEM, dispatches[depth].slot);
+  emit_trie (bpf, sorted, keys_sort_unique (sorted, n_keys), others);
+  for (k = 0; k < n_keys; k++)
+    {
+      bus_mcast_bpf_label_place (bpf, keys[k].leaf);
+      emit_rule_tree (c, keyed + first[k], first[k + 1] - first[k],
+                      depth + 1, dispatched | key, section, pass, others);
+    }
+  if (n_unkeyed > 0)
+    {
+      bus_mcast_bpf_label_place (bpf, others);
+      emit_rule_tree (c, unkeyed, n_unkeyed, depth + 1, dispatched, section,
+                      pass, fail);
+    }
+
+out:
+  dbus_free (keyed);
+  dbus_free (unkeyed);
+  dbus_free (keys);
+  dbus_free (sorted);
+  dbus_free (first);
 }
 
 /* The rules that apply to @section: the senders they ask for in one tree,
@@ -1028,13 +1163,13 @@ emit_rule_section (BusMcastCompiler *c,
     for (k = 0; k < n_keys; k++)
       {
         bus_mcast_bpf_label_place (bpf, keys[k].leaf);
-        emit_rule_list (c, set + first[k], first[k + 1] - first[k], section,
-                        pass, others);
+        emit_rule_tree (c, set + first[k], first[k + 1] - first[k], 0, 0,
+                        section, pass, others);
       }
   if (n_unsent > 0)
     {
       bus_mcast_bpf_label_place (bpf, others);
-      emit_rule_list (c, set, n_unsent, section, pass, fail);
+      emit_rule_tree (c, set, n_unsent, 0, 0, section, pass, fail);
     }
 
 out:
