@@ -703,6 +703,10 @@ typedef struct
   BusMcastRule **rules;     /* sorted by rule_compare(), without repeats */
   int n_rules;
   BusMcastPrecision level;
+  /* At BUS_MCAST_PRECISION_SENDERS: how many senders, those with the most
+   * rules first, have all their rules matched on the sender alone; the
+   * others keep their rules as at NO_ARGS */
+  int loose_senders;
   dbus_bool_t args_loosened;
 } BusMcastCompiler;
 
@@ -1081,6 +1085,28 @@ out:
   dbus_free (first);
 }
 
+/* Whether sender @k, whose rules are @first[k] up to @first[k + 1], is
+ * among the c->loose_senders with the most rules (the first of equals) */
+static dbus_bool_t
+sender_is_loose (const BusMcastCompiler *c,
+                 const int              *first,
+                 int                     n_keys,
+                 int                     k)
+{
+  int size = first[k + 1] - first[k];
+  int i, more = 0;
+
+  if (c->level != BUS_MCAST_PRECISION_SENDERS)
+    return FALSE;
+  for (i = 0; i < n_keys && more < c->loose_senders; i++)
+    {
+      int other = first[i + 1] - first[i];
+
+      more += other > size || (other == size && i < k);
+    }
+  return more < c->loose_senders;
+}
+
 /* The rules that apply to @section: the senders they ask for in one tree,
  * then each sender's rules, then the rules without a sender */
 static void
@@ -1119,8 +1145,7 @@ emit_rule_section (BusMcastCompiler *c,
         {
           keys[n_keys].s = r->sender;
           keys[n_keys].len = strlen (r->sender);
-          keys[n_keys].leaf = c->level == BUS_MCAST_PRECISION_SENDERS
-            ? pass : bus_mcast_bpf_label_new (bpf);
+          keys[n_keys].leaf = bus_mcast_bpf_label_new (bpf);
           first[n_keys++] = n;
         }
       arg0 = arg0 || rule_tests_arg0 (r);
@@ -1133,8 +1158,7 @@ emit_rule_section (BusMcastCompiler *c,
       bus_mcast_bpf_emit_ja (bpf, fail);
       goto out;
     }
-  if (c->level == BUS_MCAST_PRECISION_SIGNALS
-      || (c->level == BUS_MCAST_PRECISION_SENDERS && n_unsent > 0))
+  if (c->level == BUS_MCAST_PRECISION_SIGNALS)
     {
       bus_mcast_bpf_emit_ja (bpf, pass);
       goto out;
@@ -1159,13 +1183,15 @@ emit_rule_section (BusMcastCompiler *c,
       emit_trie (bpf, sorted, keys_sort_unique (sorted, n_keys), others);
       dbus_free (sorted);
     }
-  if (c->level != BUS_MCAST_PRECISION_SENDERS)
-    for (k = 0; k < n_keys; k++)
-      {
-        bus_mcast_bpf_label_place (bpf, keys[k].leaf);
+  for (k = 0; k < n_keys; k++)
+    {
+      bus_mcast_bpf_label_place (bpf, keys[k].leaf);
+      if (sender_is_loose (c, first, n_keys, k))
+        bus_mcast_bpf_emit_ja (bpf, pass);
+      else
         emit_rule_tree (c, set + first[k], first[k + 1] - first[k], 0, 0,
                         section, pass, others);
-      }
+    }
   if (n_unsent > 0)
     {
       bus_mcast_bpf_label_place (bpf, others);
@@ -1300,6 +1326,48 @@ compile_at (BusMcastCompiler  *c,
   return ok;
 }
 
+/* At BUS_MCAST_PRECISION_SENDERS, with as few senders loosened as fit
+ * (a binary search: fewer loosened, more instructions).  FALSE with *oom
+ * set, or if even all of them loosened do not fit. */
+static dbus_bool_t
+compile_loose_senders (BusMcastCompiler *c,
+                       BusMcastProgram  *program,
+                       dbus_bool_t      *oom)
+{
+  int low = 1, high = 0, i;
+
+  for (i = 0; i < c->n_rules; i++)
+    if (c->rules[i]->sender != NULL &&
+        (i == 0 || c->rules[i - 1]->sender == NULL ||
+         strcmp (c->rules[i - 1]->sender, c->rules[i]->sender) != 0))
+      high++;
+
+  c->loose_senders = high;
+  if (!compile_at (c, BUS_MCAST_PRECISION_SENDERS, TRUE, program, oom))
+    return FALSE;
+
+  /* high fits; find the fewest that do */
+  while (low < high && !*oom)
+    {
+      BusMcastProgram tighter = { NULL, 0, BUS_MCAST_PRECISION_SENDERS };
+
+      c->loose_senders = low + (high - low) / 2;
+      if (compile_at (c, BUS_MCAST_PRECISION_SENDERS, TRUE, &tighter, oom))
+        {
+          bus_mcast_program_clear (program);
+          *program = tighter;
+          high = c->loose_senders;
+        }
+      else
+        {
+          low = c->loose_senders + 1;
+        }
+    }
+  if (*oom)
+    bus_mcast_program_clear (program);
+  return !*oom;
+}
+
 dbus_bool_t
 bus_mcast_filter_compile (BusMcastFilter  *filter,
                           BusMcastProgram *program,
@@ -1349,8 +1417,16 @@ bus_mcast_filter_compile (BusMcastFilter  *filter,
   for (level = BUS_MCAST_PRECISION_EXACT;
        level <= BUS_MCAST_PRECISION_SIGNALS && !oom;
        level++)
-    if (compile_at (&c, level, TRUE, program, &oom))
-      goto out;
+    {
+      if (level == BUS_MCAST_PRECISION_SENDERS)
+        {
+          if (compile_loose_senders (&c, program, &oom))
+            goto out;
+          continue;
+        }
+      if (compile_at (&c, level, TRUE, program, &oom))
+        goto out;
+    }
 
   /* Too many names: the daemon may get more than it needs, never a
    * member */

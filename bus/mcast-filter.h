@@ -61,7 +61,8 @@ typedef enum
 {
   BUS_MCAST_PRECISION_EXACT,      /**< every key of every rule */
   BUS_MCAST_PRECISION_NO_ARGS,    /**< argN, argNpath, arg0namespace not checked */
-  BUS_MCAST_PRECISION_SENDERS,    /**< only the senders of the rules checked */
+  BUS_MCAST_PRECISION_SENDERS,    /**< of the rules with a sender, only the
+                                   *   sender checked; the others as NO_ARGS */
   BUS_MCAST_PRECISION_SIGNALS     /**< every broadcast signal passes */
 } BusMcastPrecision;
 

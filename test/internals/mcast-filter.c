@@ -1184,6 +1184,18 @@ test_sizes (void)
       if (n > 1)
         g_assert_true (pair_passes_message (p, realistic_signal (0, 1, NULL))
                        == (p->program.precision >= BUS_MCAST_PRECISION_SENDERS));
+      /* SENDERS loosens as few senders as it must: the others keep their
+       * rules */
+      if (p->program.precision == BUS_MCAST_PRECISION_SENDERS)
+        {
+          int i, loose = 0;
+
+          for (i = 0; i < n; i++)
+            loose += pair_passes_message (p, realistic_signal (i, (i + 1) % n, NULL));
+          g_test_message ("%d of %d senders matched on the sender alone", loose, n);
+          g_assert_cmpint (loose, >, 0);
+          g_assert_cmpint (loose, <, n);
+        }
       /* unicast to others never */
       g_assert_false (pair_passes_message (p, call_new (":1.0", ":1.1001")));
       g_assert_true (pair_passes_message (p, call_new (":1.0", ":1.1000")));
@@ -1342,7 +1354,8 @@ test_precision (void)
   g_assert_false (pair_passes_message (p, signal_new (":1.99", "/a", "a.b", "M", NULL)));
   pair_free (p);
 
-  /* a rule without sender makes SENDERS pass any signal */
+  /* SENDERS: the rules with a sender pass any signal of theirs, the rule
+   * without one still has its member checked */
   add_rule (filter, rule_new ("member", "Unsent", NULL), NULL);
   for (i = 0; i < 400; i++)
     {
@@ -1356,8 +1369,10 @@ test_precision (void)
   p = pair_new (filter);
   g_test_message ("441 rules, one without sender: %u instructions, precision %s",
                   p->program.len, precision_name (p->program.precision));
-  g_assert_cmpint (p->program.precision, >=, BUS_MCAST_PRECISION_SENDERS);
-  g_assert_true (pair_passes_message (p, signal_new (":1.99", "/a", "a.b", "Q", NULL)));
+  g_assert_cmpint (p->program.precision, ==, BUS_MCAST_PRECISION_SENDERS);
+  g_assert_true (pair_passes_message (p, signal_new (":1.1200", "/a", "a.b", "Q", NULL)));
+  g_assert_true (pair_passes_message (p, signal_new (":1.99", "/a", "a.b", "Unsent", NULL)));
+  g_assert_false (pair_passes_message (p, signal_new (":1.99", "/a", "a.b", "Q", NULL)));
   g_assert_false (pair_passes_message (p, call_new (":1.99", ":1.2")));
   pair_free (p);
   bus_mcast_filter_free (filter);
