@@ -5,7 +5,8 @@
  *   bench-bus rtt [--address ADDR | --p2p] [--sizes B,...] [--calls C]
  *                 [--tick | --stalled]
  *   bench-bus signal --address ADDR [--sizes B,...] [--subscribers N,...]
- *                    [--rules R,...] [--messages M] [--window W]
+ *                    [--matching half|tenth|one,...] [--rules R,...]
+ *                    [--messages M] [--window W]
  * common options: --label NAME (first column) --daemon-pid PID --reps R
  *
  * rtt: a server process owns a name and echoes a byte array; the client
@@ -22,8 +23,10 @@
  * alone; a bus that makes the caller wait for the stopped client fails the
  * run when a call times out (CALL_TIMEOUT_MS).
  *
- * signal: N subscriber processes; (N + 1) / 2 of them have a match rule for
- * the benchmark's signal, the others a rule for a signal nobody sends, and
+ * signal: N subscriber processes; (N + 1) / 2 of them (--matching half, the
+ * default; tenth: (N + 9) / 10; one: 1, a selective broadcast) have a
+ * match rule for the benchmark's signal, the others a rule for a signal
+ * nobody sends, and
  * each has R - 1 further rules that match nothing (R = 1 by default; a
  * sweep of R is the filter-scaling benchmark).  The emitter broadcasts M
  * signals carrying a sequence number and the send time, keeping at most W
@@ -34,8 +37,9 @@
  * check every sequence number: a lost, reordered or misrouted signal is
  * counted and makes the exit status 1.
  *
- * The daemon's CPU time (--daemon-pid, from /proc/PID/stat) and the whole
- * machine's busy time are reported per call or per delivery.  Output: one
+ * The daemon's CPU time (--daemon-pid, from /proc/PID/stat), the whole
+ * machine's busy time and, for signals, the emitter's own CPU time are
+ * reported per call or per delivery.  Output: one
  * tab-separated line per run after a "#" header; progress on stderr.
  *
  * Copyright (C) 2026 dbus-mcast contributors
@@ -90,6 +94,8 @@ struct options {
   int n_subscribers;
   long rules[8];
   int n_rules;
+  const char *matchings[4];    /* half, tenth, one */
+  int n_matchings;
   long messages;
   long window;
 };
@@ -643,15 +649,47 @@ reap (pid_t *pids, int n)
   return ok;
 }
 
+/* How many of @n subscribers match, for --matching @spec; 0 if unknown */
 static int
-signal_run (const struct options *o, int size, int n, long rules, int rep)
+matching_of (const char *spec, int n)
+{
+  if (!strcmp (spec, "half"))
+    return (n + 1) / 2;
+  if (!strcmp (spec, "tenth"))
+    return (n + 9) / 10;
+  if (!strcmp (spec, "one"))
+    return 1;
+  return 0;
+}
+
+/* --matching: a comma-separated list of half, tenth, one */
+static int
+parse_matchings (char *s, const char **v, int max)
+{
+  char *word, *save;
+  int n = 0;
+
+  for (word = strtok_r (s, ",", &save); word && n < max; word = strtok_r (NULL, ",", &save))
+    {
+      if (!matching_of (word, 10))
+        {
+          fprintf (stderr, "bench-bus: --matching takes half, tenth or one\n");
+          exit (2);
+        }
+      v[n++] = word;
+    }
+  return n;
+}
+
+static int
+signal_run (const struct options *o, int size, int n, int matching, long rules, int rep)
 {
   long m = o->messages, l = m / 10 > 10 ? m / 10 : 10, total = m + l, i, samples = 0;
-  int matching = (n + 1) / 2, ready[2], failed;
+  int ready[2], failed;
   static unsigned char buf[MAX_SIZE];
   struct subscriber *subs;
   struct subscriber sum = { 0 };
-  int64_t *latency, t0, end = 0, daemon_cpu, busy;
+  int64_t *latency, t0, end = 0, daemon_cpu, busy, emitter_cpu;
   size_t shm_size = n * sizeof *subs + (size_t) matching * l * sizeof *latency;
   pid_t *pids = calloc (n, sizeof *pids);
   DBusConnection *c;
@@ -691,6 +729,7 @@ signal_run (const struct options *o, int size, int n, long rules, int rep)
   c = open_connection (o->address, 1);
   daemon_cpu = process_cpu_ns (o->daemon_pid);
   busy = system_busy_ns ();
+  emitter_cpu = clock_ns (CLOCK_PROCESS_CPUTIME_ID);
   t0 = clock_ns (CLOCK_MONOTONIC);
   for (i = 0; i < total; i++)
     {
@@ -701,6 +740,7 @@ signal_run (const struct options *o, int size, int n, long rules, int rep)
           wait_all (c, subs, matching, m);
           daemon_cpu = process_cpu_ns (o->daemon_pid) - daemon_cpu;
           busy = system_busy_ns () - busy;
+          emitter_cpu = clock_ns (CLOCK_PROCESS_CPUTIME_ID) - emitter_cpu;
         }
       if (i >= window)
         wait_all (c, subs, matching, i - window + 1);
@@ -728,15 +768,17 @@ signal_run (const struct options *o, int size, int n, long rules, int rep)
       latency[samples++] = latency[i];
   failed |= sum.lost || sum.disorder || sum.misrouted;
 
-  printf ("%s\t%d\t%d\t%d\t%ld\t%d\t%ld\t%ld\t%ld\t%ld\t%ld\t%ld\t%lld\t%.0f\t%lld\t%lld\t%.0f\t%.0f\n",
+  printf ("%s\t%d\t%d\t%d\t%ld\t%d\t%ld\t%ld\t%ld\t%ld\t%ld\t%ld\t%lld\t%.0f\t%lld\t%lld\t%.0f\t%.0f"
+          "\t%.0f\n",
           o->label, size, n, matching, rules, rep, m, matching * m, sum.delivered, sum.lost,
           sum.disorder, sum.misrouted, (long long) (end - t0), sum.delivered * 1e9 / (end - t0),
           (long long) quantile (latency, samples, 0.5), (long long) quantile (latency, samples, 0.99),
           o->daemon_pid && sum.delivered ? (double) daemon_cpu / sum.delivered : -1,
-          sum.delivered ? (double) busy / sum.delivered : 0);
+          sum.delivered ? (double) busy / sum.delivered : 0,
+          sum.delivered ? (double) emitter_cpu / sum.delivered : 0);
   fflush (stdout);
-  fprintf (stderr, "bench-bus: signal %-14s %4d B N=%-3d rules %-3ld rep %d: %8.0f deliveries/s,"
-           " latency median %lld us%s\n", o->label, size, n, rules, rep,
+  fprintf (stderr, "bench-bus: signal %-14s %4d B N=%-3d matching %-3d rules %-3ld rep %d:"
+           " %8.0f deliveries/s, latency median %lld us%s\n", o->label, size, n, matching, rules, rep,
            sum.delivered * 1e9 / (end - t0), (long long) quantile (latency, samples, 0.5) / 1000,
            failed ? " (LOST, DISORDERED OR MISROUTED SIGNALS)" : "");
   munmap (subs, shm_size);
@@ -751,7 +793,8 @@ usage (void)
            "usage: bench-bus rtt [--address ADDR | --p2p] [--sizes B,...] [--calls C]\n"
            "                 [--tick | --stalled]\n"
            "       bench-bus signal --address ADDR [--sizes B,...] [--subscribers N,...]\n"
-           "                 [--rules R,...] [--messages M] [--window W]\n"
+           "                 [--matching half|tenth|one,...] [--rules R,...] [--messages M]\n"
+           "                 [--window W]\n"
            "       common: [--label NAME] [--daemon-pid PID] [--reps R]\n");
   exit (2);
 }
@@ -762,9 +805,9 @@ main (int argc, char **argv)
   struct options o = {
     .label = "bus", .reps = 5, .sizes = { 64, 4096 }, .n_sizes = 2, .calls = 10000,
     .subscribers = { 1, 10, 100 }, .n_subscribers = 3, .rules = { 1 }, .n_rules = 1,
-    .messages = 2000, .window = 64,
+    .matchings = { "half" }, .n_matchings = 1, .messages = 2000, .window = 64,
   };
-  int rtt, i, s, k, r, rep, failed = 0;
+  int rtt, i, s, k, w, r, rep, failed = 0;
 
   if (argc < 2 || (strcmp (argv[1], "rtt") && strcmp (argv[1], "signal")))
     usage ();
@@ -800,6 +843,8 @@ main (int argc, char **argv)
         o.n_subscribers = parse_list (argv[++i], o.subscribers, 8);
       else if (!strcmp (argv[i], "--rules"))
         o.n_rules = parse_list (argv[++i], o.rules, 8);
+      else if (!strcmp (argv[i], "--matching"))
+        o.n_matchings = parse_matchings (argv[++i], o.matchings, 4);
       else if (!strcmp (argv[i], "--messages"))
         o.messages = atol (argv[++i]);
       else if (!strcmp (argv[i], "--window"))
@@ -825,12 +870,15 @@ main (int argc, char **argv)
   else
     printf ("#bus\tsize\tsubscribers\tmatching\trules\trep\tmessages\texpected\tdelivered"
             "\tlost\tdisorder\tmisrouted\twall_ns\tdeliveries_per_s\tlatency_median_ns"
-            "\tlatency_p99_ns\tdaemon_ns\tsystem_ns\n");
+            "\tlatency_p99_ns\tdaemon_ns\tsystem_ns\temitter_ns\n");
   for (s = 0; s < o.n_sizes; s++)
     for (k = 0; k < (rtt ? 1 : o.n_subscribers); k++)
-      for (r = 0; r < (rtt ? 1 : o.n_rules); r++)
-        for (rep = 1; rep <= o.reps; rep++)
-          failed |= rtt ? rtt_run (&o, o.sizes[s], rep)
-                        : signal_run (&o, o.sizes[s], o.subscribers[k], o.rules[r], rep);
+      for (w = 0; w < (rtt ? 1 : o.n_matchings); w++)
+        for (r = 0; r < (rtt ? 1 : o.n_rules); r++)
+          for (rep = 1; rep <= o.reps; rep++)
+            failed |= rtt ? rtt_run (&o, o.sizes[s], rep)
+                          : signal_run (&o, o.sizes[s], o.subscribers[k],
+                                        matching_of (o.matchings[w], o.subscribers[k]),
+                                        o.rules[r], rep);
   return failed;
 }
