@@ -1326,15 +1326,18 @@ compile_at (BusMcastCompiler  *c,
   return ok;
 }
 
-/* At BUS_MCAST_PRECISION_SENDERS, with as few senders loosened as fit
- * (a binary search: fewer loosened, more instructions).  FALSE with *oom
- * set, or if even all of them loosened do not fit. */
+/* At BUS_MCAST_PRECISION_SENDERS, with few senders loosened: a binary
+ * search (fewer loosened, more instructions) that stops within a 32nd of
+ * the senders of the fewest that fit, so that it compiles at most six
+ * programs whatever the number of senders (a member's AddMatch costs the
+ * daemon that much).  FALSE with *oom set, or if even all of them
+ * loosened do not fit. */
 static dbus_bool_t
 compile_loose_senders (BusMcastCompiler *c,
                        BusMcastProgram  *program,
                        dbus_bool_t      *oom)
 {
-  int low = 1, high = 0, i;
+  int low = 1, high = 0, slack, i;
 
   for (i = 0; i < c->n_rules; i++)
     if (c->rules[i]->sender != NULL &&
@@ -1346,8 +1349,9 @@ compile_loose_senders (BusMcastCompiler *c,
   if (!compile_at (c, BUS_MCAST_PRECISION_SENDERS, TRUE, program, oom))
     return FALSE;
 
-  /* high fits; find the fewest that do */
-  while (low < high && !*oom)
+  /* high fits; look for fewer */
+  slack = high / 32;
+  while (high - low > slack && !*oom)
     {
       BusMcastProgram tighter = { NULL, 0, BUS_MCAST_PRECISION_SENDERS };
 
