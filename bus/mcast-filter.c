@@ -1085,26 +1085,56 @@ out:
   dbus_free (first);
 }
 
-/* Whether sender @k, whose rules are @first[k] up to @first[k + 1], is
- * among the c->loose_senders with the most rules (the first of equals) */
-static dbus_bool_t
-sender_is_loose (const BusMcastCompiler *c,
-                 const int              *first,
-                 int                     n_keys,
-                 int                     k)
+/* A sender of a section: how many rules it has, and its place */
+typedef struct
 {
-  int size = first[k + 1] - first[k];
-  int i, more = 0;
+  int n_rules;
+  int index;
+} BusMcastSenderSize;
 
-  if (c->level != BUS_MCAST_PRECISION_SENDERS)
+/* Most rules first, the first of equals first */
+static int
+sender_size_compare (const void *a,
+                     const void *b)
+{
+  const BusMcastSenderSize *x = a;
+  const BusMcastSenderSize *y = b;
+
+  if (x->n_rules != y->n_rules)
+    return x->n_rules > y->n_rules ? -1 : 1;
+  return x->index < y->index ? -1 : x->index > y->index;
+}
+
+/* loose[k]: whether sender @k, whose rules are @first[k] up to
+ * @first[k + 1], is among the c->loose_senders with the most rules, whose
+ * rules are matched on the sender alone.  FALSE if no memory. */
+static dbus_bool_t
+mark_loose_senders (const BusMcastCompiler *c,
+                    const int              *first,
+                    int                     n_keys,
+                    dbus_bool_t            *loose)
+{
+  BusMcastSenderSize *sizes;
+  int k;
+
+  for (k = 0; k < n_keys; k++)
+    loose[k] = FALSE;
+  if (c->level != BUS_MCAST_PRECISION_SENDERS || n_keys == 0)
+    return TRUE;
+
+  sizes = dbus_new (BusMcastSenderSize, n_keys);
+  if (sizes == NULL)
     return FALSE;
-  for (i = 0; i < n_keys && more < c->loose_senders; i++)
+  for (k = 0; k < n_keys; k++)
     {
-      int other = first[i + 1] - first[i];
-
-      more += other > size || (other == size && i < k);
+      sizes[k].n_rules = first[k + 1] - first[k];
+      sizes[k].index = k;
     }
-  return more < c->loose_senders;
+  qsort (sizes, n_keys, sizeof (BusMcastSenderSize), sender_size_compare);
+  for (k = 0; k < n_keys && k < c->loose_senders; k++)
+    loose[sizes[k].index] = TRUE;
+  dbus_free (sizes);
+  return TRUE;
 }
 
 /* The rules that apply to @section: the senders they ask for in one tree,
@@ -1119,6 +1149,7 @@ emit_rule_section (BusMcastCompiler *c,
   BusMcastRule **set;
   BusMcastKey *keys;
   int *first;       /* per key: index in set of its first rule */
+  dbus_bool_t *loose; /* per key: matched on the sender alone */
   int n = 0, n_unsent = 0, n_keys = 0;
   dbus_bool_t arg0 = FALSE;
   int i, k, others;
@@ -1126,7 +1157,8 @@ emit_rule_section (BusMcastCompiler *c,
   set = dbus_new (BusMcastRule *, c->n_rules + 1);
   keys = dbus_new (BusMcastKey, c->n_rules + 1);
   first = dbus_new (int, c->n_rules + 2);
-  if (set == NULL || keys == NULL || first == NULL)
+  loose = dbus_new (dbus_bool_t, c->n_rules + 1);
+  if (set == NULL || keys == NULL || first == NULL || loose == NULL)
     {
       bus_mcast_bpf_set_oom (bpf);
       goto out;
@@ -1152,6 +1184,11 @@ emit_rule_section (BusMcastCompiler *c,
       set[n++] = r;
     }
   first[n_keys] = n;
+  if (!mark_loose_senders (c, first, n_keys, loose))
+    {
+      bus_mcast_bpf_set_oom (bpf);
+      goto out;
+    }
 
   if (n == 0)
     {
@@ -1186,7 +1223,7 @@ emit_rule_section (BusMcastCompiler *c,
   for (k = 0; k < n_keys; k++)
     {
       bus_mcast_bpf_label_place (bpf, keys[k].leaf);
-      if (sender_is_loose (c, first, n_keys, k))
+      if (loose[k])
         bus_mcast_bpf_emit_ja (bpf, pass);
       else
         emit_rule_tree (c, set + first[k], first[k + 1] - first[k], 0, 0,
@@ -1202,6 +1239,7 @@ out:
   dbus_free (set);
   dbus_free (keys);
   dbus_free (first);
+  dbus_free (loose);
 }
 
 /* ---- Programs ---------------------------------------------------------------- */
