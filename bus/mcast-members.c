@@ -762,14 +762,12 @@ tell_owners (BusMcastMembers    *members,
     }
 
   now = _dbus_hash_table_new (DBUS_HASH_STRING, NULL, NULL);
-  signal = dbus_message_new_signal (DBUS_PATH_DBUS, DBUS_MCAST_INTERFACE,
-                                    DBUS_MCAST_OWNERS);
+  signal = _dbus_mcast_daemon_signal_new (DBUS_MCAST_OWNERS);
   if (now == NULL || signal == NULL)
     goto oom;
 
   dbus_message_iter_init_append (signal, &args);
   ok = collect_sender_owners (registry, mc, now) &&
-       dbus_message_set_sender (signal, DBUS_SERVICE_DBUS) &&
        dbus_message_set_destination (signal,
                                      bus_connection_get_name (mc->connection)) &&
        dbus_message_iter_open_container (&args, DBUS_TYPE_ARRAY, "(ss)",

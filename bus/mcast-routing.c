@@ -155,13 +155,11 @@ bus_mcast_routing_new_signal (DBusConnection *recipient,
 {
   DBusMessage *signal;
 
-  signal = dbus_message_new_signal (DBUS_PATH_DBUS, DBUS_MCAST_INTERFACE,
-                                    member);
+  signal = _dbus_mcast_daemon_signal_new (member);
   if (signal == NULL)
     return NULL;
 
-  if (dbus_message_set_sender (signal, DBUS_SERVICE_DBUS) &&
-      dbus_message_set_destination (signal,
+  if (dbus_message_set_destination (signal,
                                     bus_connection_get_name (recipient)) &&
       dbus_message_append_args (signal, DBUS_TYPE_UINT32, &argument,
                                 DBUS_TYPE_INVALID))

@@ -682,6 +682,32 @@ _dbus_mcast_no_reply_new (const char    *destination,
 }
 
 /**
+ * A private signal of dbus-daemon's (DBUS_MCAST_INTERFACE) named @member,
+ * from DBUS_SERVICE_DBUS on DBUS_PATH_DBUS, without arguments, destination
+ * or serial: what a member believes only from the daemon's end of its
+ * connection.
+ *
+ * @param member DBUS_MCAST_DEPARTED, DBUS_MCAST_OWNERS, ...
+ * @returns the signal, or #NULL if no memory
+ */
+DBusMessage *
+_dbus_mcast_daemon_signal_new (const char *member)
+{
+  DBusMessage *signal;
+
+  signal = dbus_message_new_signal (DBUS_PATH_DBUS, DBUS_MCAST_INTERFACE,
+                                    member);
+  if (signal == NULL)
+    return NULL;
+
+  if (dbus_message_set_sender (signal, DBUS_SERVICE_DBUS))
+    return signal;
+
+  dbus_message_unref (signal);
+  return NULL;
+}
+
+/**
  * The Departed signal dbus-daemon sends a member when the members
  * @names left (in that order), without destination or serial.
  *
@@ -695,13 +721,11 @@ _dbus_mcast_departed_new (const char **names,
 {
   DBusMessage *signal;
 
-  signal = dbus_message_new_signal (DBUS_PATH_DBUS, DBUS_MCAST_INTERFACE,
-                                    DBUS_MCAST_DEPARTED);
+  signal = _dbus_mcast_daemon_signal_new (DBUS_MCAST_DEPARTED);
   if (signal == NULL)
     return NULL;
 
-  if (dbus_message_set_sender (signal, DBUS_SERVICE_DBUS) &&
-      dbus_message_append_args (signal, DBUS_TYPE_ARRAY, DBUS_TYPE_STRING,
+  if (dbus_message_append_args (signal, DBUS_TYPE_ARRAY, DBUS_TYPE_STRING,
                                 &names, n_names, DBUS_TYPE_INVALID))
     return signal;
 

@@ -140,6 +140,8 @@ DBUS_PRIVATE_EXPORT
 DBusMessage  *_dbus_mcast_no_reply_new      (const char    *destination,
                                             dbus_uint32_t  reply_serial);
 DBUS_PRIVATE_EXPORT
+DBusMessage  *_dbus_mcast_daemon_signal_new (const char    *member);
+DBUS_PRIVATE_EXPORT
 DBusMessage  *_dbus_mcast_departed_new      (const char   **names,
                                             int            n_names);
 DBUS_PRIVATE_EXPORT
