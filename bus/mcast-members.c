@@ -85,6 +85,9 @@ struct BusMcastMembers
   int n_classic_monitors;      /**< monitors the daemon serves, from its
                                     own member of the group */
   dbus_uint32_t commits;       /**< UNIX_GROUP_COMMITs made: the group's count */
+  dbus_bool_t settling;        /**< a well-known name is changing owner:
+                                    the group is held until the flush
+                                    (settle_observer()) */
   DBusHashTable *owned;        /**< the well-known names members owned at
                                     the last commit (name -> name) */
   DBusHashTable *moves;        /**< name -> Move */
@@ -1117,6 +1120,59 @@ divert_new_owners (BusMcastMembers *members)
     }
 }
 
+/* UNIX_GROUP_COMMIT: installs what is staged, and comes before or after
+ * every send, never during one (a barrier).  FALSE if it failed. */
+static dbus_bool_t
+commit_group (BusMcastMembers *members,
+              DBusError       *error)
+{
+  DBusConnection *committer = group_connection (members);
+  int fd, zero = 0;
+
+  if (committer == NULL ||
+      !dbus_connection_get_socket (committer, &fd) ||
+      setsockopt (fd, SOL_UNIX, UNIX_GROUP_COMMIT, &zero, sizeof (zero)) < 0)
+    {
+      dbus_set_error (error, DBUS_ERROR_FAILED,
+                      "Could not commit the kernel filters: %s",
+                      committer == NULL ? "no member connection has a socket" :
+                      _dbus_strerror (errno));
+      return FALSE;
+    }
+
+  members->commits += 1;
+  return TRUE;
+}
+
+/* The daemon's own member shows monitors a call to a well-known name as
+ * addressed to the name's owner when it reads the call
+ * (bus/mcast-observer.c), which must be the member whose filter took it.
+ * So before such a name changes owner, while monitors are served, the
+ * daemon holds the group's sends, commits nothing (the commit waits for
+ * every send that read the filters; a send that comes later waits for the
+ * hold) and reads its member dry: every call it has read was filtered
+ * with the old owner, every call it reads later with the new one.  The
+ * flush that installs the new filters lets the group go. */
+static void
+settle_observer (BusMcastMembers *members)
+{
+  BusMcastObserver *observer = bus_context_get_mcast_observer (members->context);
+  DBusError error = DBUS_ERROR_INIT;
+
+  if (members->settling || members->n_classic_monitors == 0 ||
+      !bus_mcast_observer_hold (observer, TRUE))
+    return;
+
+  members->settling = TRUE;
+  if (!commit_group (members, &error))
+    {
+      _dbus_verbose ("dbus-mcast: cannot settle the daemon's member: %s\n",
+                     error.message);
+      dbus_error_free (&error);
+    }
+  bus_mcast_observer_drain (observer);
+}
+
 /* Installs every program the flush staged with one UNIX_GROUP_COMMIT: a
  * message is filtered by all of them or by none, so a name moving from
  * one member to another reaches exactly one of them (doc/design.md).
@@ -1127,8 +1183,6 @@ commit_staged (BusMcastMembers *members)
 {
   DBusList *link, *next;
   DBusError failed = DBUS_ERROR_INIT;
-  DBusConnection *committer = NULL;
-  int fd, zero = 0;
 
   for (link = _dbus_list_get_first_link (&members->members);
        link != NULL && !members->daemon_staged &&
@@ -1136,24 +1190,10 @@ commit_staged (BusMcastMembers *members)
        link = _dbus_list_get_next_link (&members->members, link))
     ;
   if (link != NULL)
-    {
-      committer = group_connection (members);
-      divert_new_owners (members);
-    }
+    divert_new_owners (members);
 
-  if (link != NULL &&
-      (committer == NULL ||
-       !dbus_connection_get_socket (committer, &fd) ||
-       setsockopt (fd, SOL_UNIX, UNIX_GROUP_COMMIT, &zero, sizeof (zero)) < 0))
-    dbus_set_error (&failed, DBUS_ERROR_FAILED,
-                    "Could not commit the kernel filters: %s",
-                    committer == NULL ? "no member connection has a socket" :
-                    _dbus_strerror (errno));
-  else if (link != NULL)
-    {
-      members->commits += 1;
-      note_moves (members);
-    }
+  if (link != NULL && commit_group (members, &failed))
+    note_moves (members);
 
   for (link = _dbus_list_get_first_link (&members->members);
        link != NULL;
@@ -1237,9 +1277,14 @@ bus_mcast_members_flush (BusMcastMembers *members)
   char **names = NULL;
 
   /* The programs live on members' sockets: without members there is
-   * nothing to install, and the marks wait for the first one. */
-  if (members == NULL || !members->dirty || members->members == NULL)
+   * nothing to install, and the marks wait for the first one.  What a
+   * drain shows monitors changes nothing: the transaction that made the
+   * change installs it. */
+  if (members == NULL ||
+      bus_mcast_observer_is_draining (bus_context_get_mcast_observer (members->context)))
     return;
+  if (!members->dirty || members->members == NULL)
+    goto settled;
 
   if (!collect_names (members, &names))
     {
@@ -1277,6 +1322,10 @@ bus_mcast_members_flush (BusMcastMembers *members)
        link = _dbus_list_get_next_link (&members->members, link))
     _dbus_list_clear (&((BusMcastConnection *) link->data)->names);
   dbus_free_string_array (names);
+ settled:
+  if (members->settling)
+    bus_mcast_members_release (members);
+  members->settling = FALSE;
 }
 
 dbus_bool_t
@@ -1532,6 +1581,8 @@ bus_mcast_members_name_owner_changed (BusMcastMembers *members,
    * keys name it, compiled as its owner's unique name. */
   if (name[0] == ':')
     return;
+
+  settle_observer (members);
 
   /* A message sent before the name went into a member's hands was for
    * the last owner it had that was not a member: a stock daemon could

@@ -71,6 +71,8 @@ struct BusMcastObserver
   dbus_bool_t offered;         /**< the bus may promote its clients */
   dbus_bool_t open;            /**< a monitor the daemon serves is connected */
   dbus_bool_t draining;        /**< forwarding: do not drain again */
+  int holds;                   /**< bus_mcast_observer_hold() calls not
+                                    yet released */
   DBusString packet;           /**< one packet at a time */
 };
 
@@ -447,13 +449,26 @@ bus_mcast_observer_hold (BusMcastObserver *observer,
   Group *group = observer != NULL ? _dbus_list_get_first (&observer->groups) : NULL;
   int value = held ? 1 : 0;
 
-  if (is_admitted (group) &&
-      setsockopt (group->acceptor.fd, SOL_UNIX, UNIX_GROUP_HOLD, &value,
-                  sizeof (value)) == 0)
-    return TRUE;
-#endif
+  if (observer == NULL || (!held && observer->holds == 0))
+    return FALSE;
 
+  /* The kernel's hold is one flag: the first hold sets it, the last
+   * release clears it */
+  if (observer->holds == (held ? 0 : 1) &&
+      (!is_admitted (group) ||
+       setsockopt (group->acceptor.fd, SOL_UNIX, UNIX_GROUP_HOLD, &value,
+                   sizeof (value)) != 0))
+    {
+      if (!held)
+        observer->holds = 0;
+      return FALSE;
+    }
+
+  observer->holds += held ? 1 : -1;
+  return TRUE;
+#else
   return FALSE;
+#endif
 }
 
 void
@@ -471,6 +486,12 @@ bus_mcast_observer_drain (BusMcastObserver *observer)
        link = _dbus_list_get_next_link (&observer->groups, link))
     drain_group (link->data);
   observer->draining = FALSE;
+}
+
+dbus_bool_t
+bus_mcast_observer_is_draining (BusMcastObserver *observer)
+{
+  return observer != NULL && observer->draining;
 }
 
 static dbus_bool_t

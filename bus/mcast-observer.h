@@ -65,9 +65,12 @@ dbus_bool_t       bus_mcast_observer_set_open (BusMcastObserver *observer,
                                                dbus_bool_t       open,
                                                DBusError        *error);
 void              bus_mcast_observer_drain    (BusMcastObserver *observer);
+/* Whether a drain is showing monitors what it read (in whose
+ * transactions nothing changes but what monitors see) */
+dbus_bool_t       bus_mcast_observer_is_draining (BusMcastObserver *observer);
 /* Makes members' group sends wait (UNIX_GROUP_HOLD on the copy queue),
- * or lets them go; FALSE if there is no group to hold or the kernel
- * refused */
+ * or lets them go once every hold is released; FALSE if there is no group
+ * to hold or the kernel refused */
 dbus_bool_t       bus_mcast_observer_hold     (BusMcastObserver *observer,
                                                dbus_bool_t       held);
 void              bus_mcast_observer_departed (BusMcastObserver *observer,

@@ -2911,6 +2911,153 @@ test_no_reply_name_moved (gconstpointer data)
   peer_free (caller);
 }
 
+/* At most this many calls, until the name's new owner got that many */
+#define RACING_CALLS_MAX 2000
+#define RACING_CALLS_AFTER 10
+
+/* Adds the serials of the test calls callee received so far to serials,
+ * and counts them in *received */
+static void
+collect_calls (Peer       *callee,
+               GHashTable *serials,
+               guint      *received,
+               int         timeout_ms)
+{
+  DBusMessage *m;
+
+  while ((m = peer_pop (callee, timeout_ms)) != NULL)
+    {
+      if (is_test_call (m, NULL))
+        {
+          g_hash_table_add (serials, GUINT_TO_POINTER (dbus_message_get_serial (m)));
+          *received += 1;
+        }
+      dbus_message_unref (m);
+    }
+}
+
+/* Reads what monitor shows up to the NoReply errors for the calls
+ * expected (reply serials): each must come after the departure of the
+ * member named departed and before any other departure. */
+static void
+expect_monitored_no_replies (Peer        *monitor,
+                             const gchar *departed,
+                             GHashTable  *expected)
+{
+  gboolean after = FALSE;
+  guint seen = 0;
+
+  while (seen < g_hash_table_size (expected))
+    {
+      DBusMessage *m = peer_wait (monitor, is_owner_change_or_reply, NULL);
+      const char *n = NULL, *o = NULL, *nw = NULL;
+
+      if (is_owner_change (m, NULL) &&
+          dbus_message_get_args (m, NULL, DBUS_TYPE_STRING, &n, DBUS_TYPE_STRING, &o,
+                                 DBUS_TYPE_STRING, &nw, DBUS_TYPE_INVALID) &&
+          n[0] == ':' && nw[0] == '\0')
+        after = strcmp (n, departed) == 0;
+      else if (is_no_reply (m, NULL))
+        {
+          /* Not before the callee's departure, and only its calls */
+          g_assert_true (after);
+          g_assert_true (g_hash_table_contains (expected,
+              GUINT_TO_POINTER (dbus_message_get_reply_serial (m))));
+          seen += 1;
+        }
+      dbus_message_unref (m);
+    }
+}
+
+/* Calls to a well-known name race with the name's move from one member
+ * to another: the caller sends them while the daemon handles the first
+ * owner's ReleaseName, so that some are filtered between the daemon's
+ * reading the ReleaseName and its installing the new filters.  A monitor
+ * the daemon serves must see the NoReply of each call when the member
+ * that got it leaves, as stock shows it and as the caller gets it, not
+ * when the name's other owner does. */
+static void
+test_no_reply_name_moved_monitored (gconstpointer data)
+{
+  const gchar *name = "org.dbusmcast.BusTest.Racing";
+  Peer *monitor, *caller, *callee[2];
+  GHashTable *serials[2];
+  gchar *names[2];
+  guint64 dispatched = 0;
+  guint sent, received = 0, errors, i;
+  gboolean fast = kernel_has_mcast ();
+  DBusMessage *m;
+
+  monitor = peer_new (PEER_CLASSIC);
+  become_monitor (monitor);
+  caller = peer_new (PEER_MEMBER);
+  for (i = 0; i < 2; i++)
+    {
+      callee[i] = peer_new (PEER_MEMBER);
+      names[i] = g_strdup (callee[i]->name);
+      serials[i] = g_hash_table_new (NULL, NULL);
+    }
+  g_assert_cmpuint (request_or_release (callee[0], "RequestName", name), ==,
+                    DBUS_REQUEST_NAME_REPLY_PRIMARY_OWNER);
+  g_assert_cmpuint (request_or_release (callee[1], "RequestName", name), ==,
+                    DBUS_REQUEST_NAME_REPLY_IN_QUEUE);
+  if (fast)
+    dispatched = get_stat (caller, "MessagesDispatched");
+
+  /* The first call surely reaches the first owner; the caller goes on
+   * until the second has some */
+  for (sent = 0; sent < RACING_CALLS_MAX &&
+       g_hash_table_size (serials[1]) < RACING_CALLS_AFTER; sent++)
+    {
+      if (sent == 1)
+        {
+          m = dbus_message_new_method_call (DBUS_SERVICE_DBUS, DBUS_PATH_DBUS,
+                                            DBUS_INTERFACE_DBUS, "ReleaseName");
+          g_assert_nonnull (m);
+          g_assert_true (dbus_message_append_args (m, DBUS_TYPE_STRING, &name,
+                                                   DBUS_TYPE_INVALID));
+          peer_send (callee[0], m);
+          dbus_message_unref (m);
+        }
+      m = new_call (name, "Hang", NULL);
+      peer_send (caller, m);
+      dbus_message_unref (m);
+      for (i = 0; i < 2; i++)
+        collect_calls (callee[i], serials[i], &received, 0);
+    }
+  while (received < sent)
+    for (i = 0; i < 2; i++)
+      collect_calls (callee[i], serials[i], &received, 10);
+  g_assert_cmpuint (g_hash_table_size (serials[0]), >, 0);
+  g_assert_cmpuint (g_hash_table_size (serials[1]), >, 0);
+  if (fast)
+    assert_nothing_dispatched (caller, dispatched);
+
+  /* Each owner leaves in turn: the caller gets the NoReply errors of the
+   * calls that one got */
+  for (i = 0; i < 2; i++)
+    {
+      peer_free (callee[i]);
+      for (errors = 0; errors < g_hash_table_size (serials[i]); errors++)
+        {
+          m = peer_wait (caller, is_no_reply, NULL);
+          g_assert_true (g_hash_table_contains (serials[i],
+              GUINT_TO_POINTER (dbus_message_get_reply_serial (m))));
+          dbus_message_unref (m);
+        }
+    }
+
+  /* And the monitor sees them as stock shows them */
+  for (i = 0; i < 2; i++)
+    {
+      expect_monitored_no_replies (monitor, names[i], serials[i]);
+      g_hash_table_unref (serials[i]);
+      g_free (names[i]);
+    }
+  peer_free (caller);
+  peer_free (monitor);
+}
+
 /* ---- byte order ----------------------------------------------------------- */
 
 /* m marshalled in the other byte order than this machine's, as a client
@@ -4987,6 +5134,8 @@ main (int    argc,
        "member-member-member");
   ADD ("/no-reply/name-moved/classic", test_no_reply_name_moved,
        "classic-classic-classic");
+  ADD ("/no-reply/name-moved/monitored", test_no_reply_name_moved_monitored,
+       NULL);
   ADD ("/no-reply/name-moved/member-gdbus", test_no_reply_name_moved,
        "member-gdbus-gdbus");
   for (i = 0; i < G_N_ELEMENTS (kinds); i++)
