@@ -7,6 +7,7 @@
  *   bench-bus signal --address ADDR [--sizes B,...] [--subscribers N,...]
  *                    [--matching half|tenth|one,...] [--rules R,...]
  *                    [--messages M] [--window W]
+ *   bench-bus join --address ADDR [--clients N,...] [--joins J]
  * common options: --label NAME (first column) --daemon-pid PID --reps R
  *
  * rtt: a server process owns a name and echoes a byte array; the client
@@ -37,6 +38,13 @@
  * check every sequence number: a lost, reordered or misrouted signal is
  * counted and makes the exit status 1.
  *
+ * join: N clients are connected (one process holds them all and reads
+ * and drops whatever reaches them); then a new client connects and says
+ * Hello (the connect+Hello latency), adds one match rule (the AddMatch
+ * round trip) and disconnects, J times.  The daemon's CPU per join
+ * includes the departure.  What a bus spends on each connection it
+ * already has shows as growth from N = 10 to N = 1000.
+ *
  * The daemon's CPU time (--daemon-pid, from /proc/PID/stat), the whole
  * machine's busy time and, for signals, the emitter's own CPU time are
  * reported per call or per delivery.  Output: one
@@ -57,6 +65,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -98,6 +107,9 @@ struct options {
   int n_matchings;
   long messages;
   long window;
+  long clients[4];
+  int n_clients;
+  long joins;
 };
 
 static void
@@ -786,6 +798,128 @@ signal_run (const struct options *o, int size, int n, int matching, long rules, 
   return failed;
 }
 
+/* ---- join: connect+Hello and AddMatch with N clients on the bus ---- */
+
+/* The N clients: connected, registered, reading and dropping what they
+ * get, until killed */
+static void
+hold_clients (const char *address, long n, int ready_fd)
+{
+  struct rlimit fds = { n + 64, n + 64 };
+  DBusConnection **c = calloc (n, sizeof *c);
+  struct pollfd *p = calloc (n, sizeof *p);
+  DBusMessage *m;
+  long i;
+
+  if (!c || !p)
+    die ("calloc");
+  /* Root in the VM: as many descriptors as clients */
+  if (setrlimit (RLIMIT_NOFILE, &fds) < 0 && n + 64 > 1024)
+    die ("setrlimit");
+  for (i = 0; i < n; i++)
+    {
+      int fd;
+
+      c[i] = open_connection (address, 1);
+      if (!dbus_connection_get_socket (c[i], &fd))
+        die ("dbus_connection_get_socket");
+      p[i].fd = fd;
+      p[i].events = POLLIN;
+    }
+  if (write (ready_fd, "", 1) != 1)
+    die ("write");
+  close (ready_fd);
+
+  for (;;)
+    {
+      if (poll (p, n, -1) < 0 && errno != EINTR)
+        die ("poll");
+      for (i = 0; i < n; i++)
+        {
+          if (!p[i].revents)
+            continue;
+          if (!dbus_connection_read_write (c[i], 0))
+            _exit (0);
+          while ((m = dbus_connection_pop_message (c[i])) != NULL)
+            dbus_message_unref (m);
+        }
+    }
+}
+
+static int
+join_run (const struct options *o, long n, int rep)
+{
+  int64_t *hello, *match, t0, t1, wall = 0, daemon_cpu = 0, busy = 0;
+  long i, warmup = o->joins / 10;
+  int ready[2];
+  char byte;
+  pid_t holder;
+
+  if (pipe (ready) < 0)
+    die ("pipe");
+  holder = fork ();
+  if (holder < 0)
+    die ("fork");
+  if (holder == 0)
+    {
+      close (ready[0]);
+      hold_clients (o->address, n, ready[1]);
+      _exit (0);
+    }
+  close (ready[1]);
+  if (read (ready[0], &byte, 1) != 1)
+    {
+      fprintf (stderr, "bench-bus: the %ld clients did not connect\n", n);
+      exit (2);
+    }
+  close (ready[0]);
+
+  hello = calloc (o->joins, sizeof *hello);
+  match = calloc (o->joins, sizeof *match);
+  if (!hello || !match)
+    die ("calloc");
+  for (i = -warmup; i < o->joins; i++)
+    {
+      DBusConnection *c;
+
+      if (i == 0)
+        {
+          daemon_cpu = process_cpu_ns (o->daemon_pid);
+          busy = system_busy_ns ();
+          wall = clock_ns (CLOCK_MONOTONIC);
+        }
+      t0 = clock_ns (CLOCK_MONOTONIC);
+      c = open_connection (o->address, 1);
+      t1 = clock_ns (CLOCK_MONOTONIC);
+      add_match (c, "Joined");
+      if (i >= 0)
+        {
+          hello[i] = t1 - t0;
+          match[i] = clock_ns (CLOCK_MONOTONIC) - t1;
+        }
+      close_connection (c);
+    }
+  wall = clock_ns (CLOCK_MONOTONIC) - wall;
+  busy = system_busy_ns () - busy;
+  daemon_cpu = process_cpu_ns (o->daemon_pid) - daemon_cpu;
+
+  kill (holder, SIGKILL);
+  waitpid (holder, NULL, 0);
+
+  printf ("%s\t%ld\t%d\t%ld\t%lld\t%lld\t%lld\t%lld\t%lld\t%.0f\t%.0f\n",
+          o->label, n, rep, o->joins, (long long) wall,
+          (long long) quantile (hello, o->joins, 0.5), (long long) quantile (hello, o->joins, 0.99),
+          (long long) quantile (match, o->joins, 0.5), (long long) quantile (match, o->joins, 0.99),
+          o->daemon_pid ? (double) daemon_cpu / o->joins : -1, (double) busy / o->joins);
+  fflush (stdout);
+  fprintf (stderr, "bench-bus: join %-14s N %4ld rep %d: Hello median %lld us, AddMatch median %lld us\n",
+           o->label, n, rep, (long long) quantile (hello, o->joins, 0.5) / 1000,
+           (long long) quantile (match, o->joins, 0.5) / 1000);
+  free (hello);
+  free (match);
+  return 0;
+}
+
 static void
 usage (void)
 {
@@ -795,6 +929,7 @@ usage (void)
            "       bench-bus signal --address ADDR [--sizes B,...] [--subscribers N,...]\n"
            "                 [--matching half|tenth|one,...] [--rules R,...] [--messages M]\n"
            "                 [--window W]\n"
+           "       bench-bus join --address ADDR [--clients N,...] [--joins J]\n"
            "       common: [--label NAME] [--daemon-pid PID] [--reps R]\n");
   exit (2);
 }
@@ -806,12 +941,15 @@ main (int argc, char **argv)
     .label = "bus", .reps = 5, .sizes = { 64, 4096 }, .n_sizes = 2, .calls = 10000,
     .subscribers = { 1, 10, 100 }, .n_subscribers = 3, .rules = { 1 }, .n_rules = 1,
     .matchings = { "half" }, .n_matchings = 1, .messages = 2000, .window = 64,
+    .clients = { 10, 100, 1000 }, .n_clients = 3, .joins = 200,
   };
-  int rtt, i, s, k, w, r, rep, failed = 0;
+  int rtt, join, i, s, k, w, r, rep, failed = 0;
 
-  if (argc < 2 || (strcmp (argv[1], "rtt") && strcmp (argv[1], "signal")))
+  if (argc < 2 || (strcmp (argv[1], "rtt") && strcmp (argv[1], "signal") &&
+                   strcmp (argv[1], "join")))
     usage ();
   rtt = !strcmp (argv[1], "rtt");
+  join = !strcmp (argv[1], "join");
   for (i = 2; i < argc; i++)
     {
       if (!strcmp (argv[i], "--p2p"))
@@ -849,11 +987,16 @@ main (int argc, char **argv)
         o.messages = atol (argv[++i]);
       else if (!strcmp (argv[i], "--window"))
         o.window = atol (argv[++i]);
+      else if (!strcmp (argv[i], "--clients"))
+        o.n_clients = parse_list (argv[++i], o.clients, 4);
+      else if (!strcmp (argv[i], "--joins"))
+        o.joins = atol (argv[++i]);
       else
         usage ();
     }
   if ((!o.address && !(rtt && o.p2p)) || (o.p2p && !rtt) || (o.tick && !rtt)
-      || (o.stalled && o.p2p) || o.calls < 1 || o.messages < 1 || o.window < 1)
+      || (o.stalled && o.p2p) || o.calls < 1 || o.messages < 1 || o.window < 1
+      || o.joins < 1)
     usage ();
   for (s = 0; s < o.n_sizes; s++)
     if (o.sizes[s] < 16 || o.sizes[s] > MAX_SIZE)
@@ -864,6 +1007,15 @@ main (int argc, char **argv)
   signal (SIGPIPE, SIG_IGN);
   atexit (kill_stalled);
 
+  if (join)
+    {
+      printf ("#bus\tclients\trep\tjoins\twall_ns\thello_median_ns\thello_p99_ns"
+              "\tmatch_median_ns\tmatch_p99_ns\tdaemon_ns\tsystem_ns\n");
+      for (k = 0; k < o.n_clients; k++)
+        for (rep = 1; rep <= o.reps; rep++)
+          failed |= join_run (&o, o.clients[k], rep);
+      return failed;
+    }
   if (rtt)
     printf ("#bus\tsize\trep\tcalls\tbad\twall_ns\tcalls_per_s\tmedian_ns\tp99_ns"
             "\tdaemon_ns\tsystem_ns\n");
