@@ -140,6 +140,22 @@ close_connection (DBusConnection *c)
 }
 
 
+/* Fork a child of the benchmark that dies with it, however the benchmark
+ * ends: a child holds the driver's end of stdout open, and a stopped one
+ * would never end by itself. */
+static pid_t
+fork_child (void)
+{
+  pid_t parent = getpid ();
+  pid_t pid = fork ();
+
+  if (pid < 0)
+    die ("fork");
+  if (pid == 0 && (prctl (PR_SET_PDEATHSIG, SIGKILL) < 0 || getppid () != parent))
+    _exit (2);
+  return pid;
+}
+
 /* The payload of every call, reply and signal: a byte array of @size bytes
  * whose first eight bytes are @seq and next eight the send time. */
 static DBusMessage *
@@ -342,14 +358,10 @@ static pid_t stalled_pid;
 /* The stalled subscriber: a rule for Tick, then it says so on @ready_fd
  * and stops for good (a SIGCONT only stops it again), never reading. */
 static void
-subscribe_and_stop (const char *address, int ready_fd, pid_t parent)
+subscribe_and_stop (const char *address, int ready_fd)
 {
   DBusConnection *c;
 
-  /* Nothing else would end a stopped process, and it holds the driver's
-   * end of stdout open: it dies with the benchmark, however that ends. */
-  if (prctl (PR_SET_PDEATHSIG, SIGKILL) < 0 || getppid () != parent)
-    _exit (2);
   c = open_connection (address, 1);
   add_match (c, "Tick");
   if (write (ready_fd, "r", 1) != 1)
@@ -363,19 +375,16 @@ subscribe_and_stop (const char *address, int ready_fd, pid_t parent)
 static void
 start_stalled (const char *address)
 {
-  pid_t parent = getpid ();
   int ready[2], status;
   char ch;
 
   if (pipe (ready) < 0)
     die ("pipe");
-  stalled_pid = fork ();
-  if (stalled_pid < 0)
-    die ("fork");
+  stalled_pid = fork_child ();
   if (stalled_pid == 0)
     {
       close (ready[0]);
-      subscribe_and_stop (address, ready[1], parent);
+      subscribe_and_stop (address, ready[1]);
       _exit (0);
     }
   close (ready[1]);
@@ -422,9 +431,7 @@ rtt_run (const struct options *o, int size, int rep)
 
   if (pipe (ready) < 0)
     die ("pipe");
-  server = fork ();
-  if (server < 0)
-    die ("fork");
+  server = fork_child ();
   if (server == 0)
     {
       close (ready[0]);
@@ -713,9 +720,7 @@ signal_run (const struct options *o, int size, int n, int matching, long rules, 
   latency = (int64_t *) (subs + n);
   for (i = 0; i < n; i++)
     {
-      pids[i] = fork ();
-      if (pids[i] < 0)
-        die ("fork");
+      pids[i] = fork_child ();
       if (pids[i] == 0)
         {
           struct subscription x = {
@@ -857,9 +862,7 @@ join_run (const struct options *o, long n, int rep)
 
   if (pipe (ready) < 0)
     die ("pipe");
-  holder = fork ();
-  if (holder < 0)
-    die ("fork");
+  holder = fork_child ();
   if (holder == 0)
     {
       close (ready[0]);
