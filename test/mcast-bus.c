@@ -3010,15 +3010,7 @@ test_no_reply_name_moved_monitored (gconstpointer data)
        g_hash_table_size (serials[1]) < RACING_CALLS_AFTER; sent++)
     {
       if (sent == 1)
-        {
-          m = dbus_message_new_method_call (DBUS_SERVICE_DBUS, DBUS_PATH_DBUS,
-                                            DBUS_INTERFACE_DBUS, "ReleaseName");
-          g_assert_nonnull (m);
-          g_assert_true (dbus_message_append_args (m, DBUS_TYPE_STRING, &name,
-                                                   DBUS_TYPE_INVALID));
-          peer_send (callee[0], m);
-          dbus_message_unref (m);
-        }
+        name_call_async (callee[0], "ReleaseName", name);
       m = new_call (name, "Hang", NULL);
       peer_send (caller, m);
       dbus_message_unref (m);
