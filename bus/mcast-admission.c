@@ -44,11 +44,11 @@ new_reply_limit (DBusConnection *connection)
                                        told);
 }
 
-/* Sends member @connection the ReplyLimit signal @signal, behind the
+/* Sends member @connection the daemon's signal @signal, behind the
  * copies diverted from it so far */
 static void
-send_reply_limit (DBusConnection *connection,
-                  DBusMessage    *signal)
+send_signal (DBusConnection *connection,
+             DBusMessage    *signal)
 {
   bus_mcast_spill_send_behind (
       bus_context_get_mcast_spill (bus_connection_get_context (connection)),
@@ -69,7 +69,7 @@ tell_reply_limit (DBusConnection *connection,
 
   while ((signal = new_reply_limit (connection)) == NULL)
     _dbus_wait_for_memory ();
-  send_reply_limit (connection, signal);
+  send_signal (connection, signal);
 }
 
 void
@@ -167,7 +167,9 @@ bus_mcast_admission_admit (BusMcastMembers *members,
                            DBusConnection  *connection,
                            DBusError       *error)
 {
-  DBusMessage *reply_limit;
+  BusMcastObserver *observer =
+      bus_context_get_mcast_observer (bus_connection_get_context (connection));
+  DBusMessage *reply_limit, *calls = NULL;
   dbus_uint64_t id;
   int one = 1;
   int fd;
@@ -177,8 +179,7 @@ bus_mcast_admission_admit (BusMcastMembers *members,
 
   /* Agreed before a reload that made the bus stop offering: the client
    * waits for the reply as a member would, so it cannot stay */
-  if (!bus_mcast_observer_offers (
-          bus_context_get_mcast_observer (bus_connection_get_context (connection))))
+  if (!bus_mcast_observer_offers (observer))
     {
       dbus_set_error (error, DBUS_ERROR_ACCESS_DENIED,
                       "The bus no longer promotes clients into the multicast group");
@@ -202,6 +203,15 @@ bus_mcast_admission_admit (BusMcastMembers *members,
       return FALSE;
     }
 
+  /* Where it lists its calls to members for monitors that come later;
+   * a member that cannot take fds sends them through us */
+  if (dbus_connection_can_send_type (connection, DBUS_TYPE_UNIX_FD))
+    {
+      calls = bus_mcast_observer_new_calls (observer, connection, error);
+      if (calls == NULL)
+        goto failed;
+    }
+
   if (!set_option (fd, UNIX_PEER_ID, &id, sizeof (id),
                    "set the sender id", error) ||
       /* Diverted copies come with their senders' ids */
@@ -216,10 +226,17 @@ bus_mcast_admission_admit (BusMcastMembers *members,
       goto failed;
     }
 
-  send_reply_limit (connection, reply_limit);
+  if (calls != NULL)
+    send_signal (connection, calls);
+  send_signal (connection, reply_limit);
   return TRUE;
 
  failed:
+  if (calls != NULL)
+    {
+      dbus_message_unref (calls);
+      bus_mcast_observer_forget_calls (observer, connection);
+    }
   dbus_message_unref (reply_limit);
   return FALSE;
 }

@@ -1396,6 +1396,8 @@ bus_mcast_members_disconnected (BusMcastMembers *members,
     }
 
   _dbus_list_clear_full (&mc->rules, (DBusFreeFunction) _dbus_match_rule_unref);
+  bus_mcast_observer_forget_calls (
+      bus_context_get_mcast_observer (members->context), connection);
   mc->member = FALSE;
   mc->monitor = FALSE;
   /* Its rules, names or monitoring leave the daemon's program */

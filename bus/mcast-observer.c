@@ -14,6 +14,9 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/ioctl.h>
 #include <sys/socket.h>
@@ -23,11 +26,13 @@
 #include <dbus/dbus-hash.h>
 #include <dbus/dbus-internals.h>
 #include <dbus/dbus-mainloop.h>
+#include <dbus/dbus-mcast-calls.h>
 #include <dbus/dbus-mcast-member.h>
 #include <dbus/dbus-mcast-uapi.h>
 #include <dbus/dbus-seqpacket-io.h>
 #include <dbus/dbus-server-socket.h>
 #include <dbus/dbus-sysdeps-seqpacket.h>
+#include <dbus/dbus-sysdeps-unix.h>
 #include <dbus/dbus-watch.h>
 #include "connection.h"
 #include "mcast-members.h"
@@ -48,26 +53,42 @@ typedef struct
 } Group;
 
 /* A call to a member that the daemon's member saw while monitors were
- * connected and no reply yet: if its callee leaves, stock would show the
- * monitors its NoReply error */
+ * connected, or that its caller listed when the first one came, and no
+ * reply yet: if its callee leaves, stock would show the monitors its
+ * NoReply error */
 typedef struct
 {
   char *caller;                /**< unique name */
   dbus_uint32_t serial;
+  dbus_bool_t listed;          /**< from its caller's table, not seen */
 } Call;
 
 /* The calls waiting for one member's reply, oldest first */
 typedef struct
 {
   DBusList *calls;             /**< Call * */
+  DBusHashTable *index;        /**< call_key() -> its link in calls */
 } Callee;
+
+/* "caller serial": room for the longest */
+#define CALL_KEY_SIZE (DBUS_MAXIMUM_NAME_LENGTH + sizeof (" 4294967295"))
+
+/* A member's table of the calls it awaits (dbus-mcast-calls.h) */
+typedef struct
+{
+  DBusConnection *connection;  /**< not referenced: forgotten when it leaves */
+  dbus_uint64_t id;            /**< its kernel sender id */
+  const DBusMcastCallTable *table;
+} Table;
 
 struct BusMcastObserver
 {
   BusContext *context;
   DBusList *groups;            /**< Group * */
   DBusHashTable *callees;      /**< unique name -> Callee * */
-  int n_calls;                 /**< in all callees */
+  DBusHashTable *tables;       /**< DBusConnection * -> Table * */
+  /** caller's unique name -> how many of its calls are remembered */
+  DBusHashTable *callers;
   dbus_bool_t offered;         /**< the bus may promote its clients */
   dbus_bool_t open;            /**< a monitor the daemon serves is connected */
   dbus_bool_t draining;        /**< forwarding: do not drain again */
@@ -141,54 +162,179 @@ callee_free (void *data)
     return;
 
   _dbus_list_clear_full (&callee->calls, (DBusFreeFunction) call_free);
+  if (callee->index != NULL)
+    _dbus_hash_table_unref (callee->index);
   dbus_free (callee);
 }
 
-/* Remembers @message, a call from @caller (a unique name) to the member
- * @recipient, until its reply or its callee's departure.  Beyond the
- * bus's max_replies_per_connection calls in all, the monitors will not
- * see the NoReply error of the rest.  FALSE if no memory (the call is not
- * remembered; the callee's entry may be there already). */
+static void
+call_key (char          *key,
+          const char    *caller,
+          dbus_uint32_t  serial)
+{
+  snprintf (key, CALL_KEY_SIZE, "%s %u", caller, serial);
+}
+
+static void
+table_free (void *data)
+{
+  Table *table = data;
+
+  if (table == NULL)
+    return;
+
+  _dbus_mcast_calls_unmap (table->table);
+  dbus_free (table);
+}
+
+/* Adds @delta to how many calls of @caller are remembered.  FALSE if no
+ * memory, only for a caller with none yet. */
+static dbus_bool_t
+count_calls (BusMcastObserver *observer,
+             const char       *caller,
+             int               delta)
+{
+  DBusHashIter iter;
+  char *key;
+
+  if (_dbus_hash_iter_lookup (observer->callers, (char *) caller, FALSE,
+                              &iter))
+    {
+      uintptr_t n = (uintptr_t) _dbus_hash_iter_get_value (&iter) + delta;
+
+      if (n == 0)
+        _dbus_hash_iter_remove_entry (&iter);
+      else
+        _dbus_hash_iter_set_value (&iter, (void *) n);
+      return TRUE;
+    }
+
+  _dbus_assert (delta > 0);
+  key = _dbus_strdup (caller);
+  if (key == NULL ||
+      !_dbus_hash_table_insert_string (observer->callers, key,
+                                       (void *) (uintptr_t) delta))
+    {
+      dbus_free (key);
+      return FALSE;
+    }
+  return TRUE;
+}
+
+/* Removes @link, a call to @callee, and forgets the call */
+static void
+call_remove (BusMcastObserver *observer,
+             Callee           *callee,
+             DBusList         *link)
+{
+  Call *call = link->data;
+  char key[CALL_KEY_SIZE];
+
+  call_key (key, call->caller, call->serial);
+  /* A caller that made two calls with one serial indexes the last */
+  if (_dbus_hash_table_lookup_string (callee->index, key) == link)
+    _dbus_hash_table_remove_string (callee->index, key);
+  _dbus_list_remove_link (&callee->calls, link);
+  count_calls (observer, call->caller, -1);
+  call_free (call);
+}
+
+/* The call @serial of @caller to @callee, or NULL */
+static DBusList *
+call_find (Callee        *callee,
+           const char    *caller,
+           dbus_uint32_t  serial)
+{
+  char key[CALL_KEY_SIZE];
+
+  call_key (key, caller, serial);
+  return _dbus_hash_table_lookup_string (callee->index, key);
+}
+
+/* Remembers the call @serial from @caller (a unique name) to the member
+ * named @name, until its reply or its callee's departure: seen (after
+ * the calls remembered so far) or listed (before them).  Of each caller,
+ * at most the bus's max_replies_per_connection calls, as many as stock
+ * lets it make (a member sends the calls beyond to the daemon, which
+ * refuses them).  FALSE if no memory (the call is not remembered; the
+ * callee's entry may be there already). */
 static dbus_bool_t
 call_made (BusMcastObserver *observer,
            const char       *caller,
-           DBusConnection   *recipient,
-           DBusMessage      *message)
+           const char       *name,
+           dbus_uint32_t     serial,
+           dbus_bool_t       listed)
 {
-  const char *name = bus_connection_get_name (recipient);
+  int limit = bus_context_get_max_replies_per_connection (observer->context);
+  DBusList *link, *added;
+  char *key = NULL;
   Callee *callee;
   Call *call;
-
-  if (observer->n_calls >= bus_context_get_max_replies_per_connection (observer->context))
-    return TRUE;
 
   callee = _dbus_hash_table_lookup_string (observer->callees, name);
   if (callee == NULL)
     {
-      char *key = _dbus_strdup (name);
+      char *callee_key = _dbus_strdup (name);
 
       callee = dbus_new0 (Callee, 1);
-      if (key == NULL || callee == NULL ||
-          !_dbus_hash_table_insert_string (observer->callees, key, callee))
+      if (callee_key == NULL || callee == NULL ||
+          (callee->index = _dbus_hash_table_new (DBUS_HASH_STRING, dbus_free,
+                                                 NULL)) == NULL ||
+          !_dbus_hash_table_insert_string (observer->callees, callee_key,
+                                           callee))
         {
-          dbus_free (key);
-          dbus_free (callee);
+          dbus_free (callee_key);
+          callee_free (callee);
           return FALSE;
         }
     }
+
+  /* A call listed and then seen is remembered once, where it was seen;
+   * two seen with one serial (a caller may reuse serials) both stay */
+  link = call_find (callee, caller, serial);
+  if (link != NULL && listed)
+    return TRUE;
+  if (link != NULL && !((Call *) link->data)->listed)
+    link = NULL;
+  if (link == NULL && limit >= 0 &&
+      (uintptr_t) _dbus_hash_table_lookup_string (observer->callers, caller) >=
+      (uintptr_t) limit)
+    return TRUE;
 
   call = dbus_new0 (Call, 1);
   if (call == NULL)
     return FALSE;
   call->caller = _dbus_strdup (caller);
-  call->serial = dbus_message_get_serial (message);
-  if (call->caller == NULL || !_dbus_list_append (&callee->calls, call))
+  call->serial = serial;
+  call->listed = listed;
+  key = dbus_malloc (CALL_KEY_SIZE);
+  if (call->caller == NULL || key == NULL)
+    goto oom;
+  call_key (key, caller, serial);
+
+  if (!count_calls (observer, caller, 1))
+    goto oom;
+  if (!(listed ? _dbus_list_prepend (&callee->calls, call) :
+        _dbus_list_append (&callee->calls, call)))
+    goto uncount;
+  added = listed ? _dbus_list_get_first_link (&callee->calls) :
+                   _dbus_list_get_last_link (&callee->calls);
+  if (!_dbus_hash_table_insert_string (callee->index, key, added))
     {
-      call_free (call);
-      return FALSE;
+      _dbus_list_remove_link (&callee->calls, added);
+      goto uncount;
     }
-  observer->n_calls += 1;
+
+  if (link != NULL)
+    call_remove (observer, callee, link);
   return TRUE;
+
+ uncount:
+  count_calls (observer, caller, -1);
+ oom:
+  dbus_free (key);
+  call_free (call);
+  return FALSE;
 }
 
 /* @message, from the member @sender, answers a call it was made */
@@ -205,20 +351,9 @@ call_answered (BusMcastObserver *observer,
   if (callee == NULL || caller == NULL)
     return;
 
-  for (link = _dbus_list_get_first_link (&callee->calls);
-       link != NULL;
-       link = _dbus_list_get_next_link (&callee->calls, link))
-    {
-      Call *call = link->data;
-
-      if (call->serial == serial && strcmp (call->caller, caller) == 0)
-        {
-          _dbus_list_remove_link (&callee->calls, link);
-          call_free (call);
-          observer->n_calls -= 1;
-          return;
-        }
-    }
+  link = call_find (callee, caller, serial);
+  if (link != NULL)
+    call_remove (observer, callee, link);
 }
 
 BusMcastObserver *
@@ -233,22 +368,35 @@ bus_mcast_observer_new (BusContext *context)
   observer->callees = _dbus_hash_table_new (DBUS_HASH_STRING, dbus_free,
                                             callee_free);
   if (observer->callees == NULL)
-    {
-      dbus_free (observer);
-      return NULL;
-    }
+    goto failed;
+
+  observer->tables = _dbus_hash_table_new (DBUS_HASH_UINTPTR, NULL,
+                                           table_free);
+  if (observer->tables == NULL)
+    goto failed;
+
+  observer->callers = _dbus_hash_table_new (DBUS_HASH_STRING, dbus_free,
+                                            NULL);
+  if (observer->callers == NULL)
+    goto failed;
 
   /* Allocated once: reading the group must not fail for memory */
   if (!_dbus_string_init_preallocated (&observer->packet,
                                        DBUS_SEQPACKET_FRAGMENT_SIZE))
-    {
-      _dbus_hash_table_unref (observer->callees);
-      dbus_free (observer);
-      return NULL;
-    }
+    goto failed;
 
   observer->context = context;
   return observer;
+
+ failed:
+  if (observer->callees != NULL)
+    _dbus_hash_table_unref (observer->callees);
+  if (observer->tables != NULL)
+    _dbus_hash_table_unref (observer->tables);
+  if (observer->callers != NULL)
+    _dbus_hash_table_unref (observer->callers);
+  dbus_free (observer);
+  return NULL;
 }
 
 void
@@ -263,6 +411,8 @@ bus_mcast_observer_free (BusMcastObserver *observer)
     group_free (group);
 
   _dbus_hash_table_unref (observer->callees);
+  _dbus_hash_table_unref (observer->tables);
+  _dbus_hash_table_unref (observer->callers);
   _dbus_string_free (&observer->packet);
   dbus_free (observer);
 }
@@ -325,7 +475,9 @@ forward (BusMcastObserver *observer,
       if (!dbus_message_get_no_reply (message) && addressed_recipient != NULL &&
           bus_mcast_members_is_member (addressed_recipient))
         {
-          while (!call_made (observer, name, addressed_recipient, message))
+          while (!call_made (observer, name,
+                             bus_connection_get_name (addressed_recipient),
+                             dbus_message_get_serial (message), FALSE))
             _dbus_wait_for_memory ();
         }
       break;
@@ -766,6 +918,123 @@ bus_mcast_observer_claim (BusMcastObserver *observer,
   return TRUE;
 }
 
+/* A caller's calls, newest first: stock shows their errors in the order
+ * they were made, which a monitor tells by their serials */
+static int
+newest_first (const void *a,
+              const void *b)
+{
+  const DBusMcastCallEntry *x = a, *y = b;
+
+  return x->serial < y->serial ? 1 : x->serial > y->serial ? -1 : 0;
+}
+
+/* The first monitor came, and the daemon's member reads every call from
+ * now on: each call between members its caller lists and its callee
+ * lists no reply to is one it would have seen unanswered, made before
+ * the calls it will see.  A call listed but not sent yet is remembered
+ * twice until its daemon's member reads it (call_made()). */
+static void
+take_listed_calls (BusMcastObserver *observer)
+{
+  BusRegistry *registry = bus_context_get_registry (observer->context);
+  DBusMcastCallEntry *calls;
+  DBusHashIter iter;
+
+  while ((calls = dbus_new (DBusMcastCallEntry, DBUS_MCAST_CALLS_SLOTS)) == NULL)
+    _dbus_wait_for_memory ();
+
+  _dbus_hash_iter_init (observer->tables, &iter);
+  while (_dbus_hash_iter_next (&iter))
+    {
+      Table *caller = _dbus_hash_iter_get_value (&iter);
+      unsigned int n = _dbus_mcast_calls_get_n_slots (caller->table);
+      unsigned int slot, n_calls = 0, i;
+
+      for (slot = 0; slot < n; slot++)
+        if (_dbus_mcast_calls_get_call (caller->table, slot, &calls[n_calls]))
+          n_calls++;
+      qsort (calls, n_calls, sizeof (calls[0]), newest_first);
+
+      /* Each goes in front: the oldest ends up first */
+      for (i = 0; i < n_calls; i++)
+        {
+          char name[DBUS_MCAST_SENDER_NAME_SIZE];
+          DBusConnection *connection;
+          Table *callee;
+
+          _dbus_mcast_name_of_sender_id (calls[i].peer, name);
+          connection = bus_mcast_owner_of (registry, name);
+          callee = connection == NULL ? NULL :
+                   _dbus_hash_table_lookup_uintptr (observer->tables,
+                                                    (uintptr_t) connection);
+          if (callee == NULL ||
+              _dbus_mcast_calls_has_replied (callee->table, caller->id,
+                                             calls[i].serial))
+            continue;
+
+          while (!call_made (observer,
+                             bus_connection_get_name (caller->connection),
+                             name, calls[i].serial, TRUE))
+            _dbus_wait_for_memory ();
+        }
+    }
+
+  dbus_free (calls);
+}
+
+DBusMessage *
+bus_mcast_observer_new_calls (BusMcastObserver *observer,
+                              DBusConnection   *connection,
+                              DBusError        *error)
+{
+  DBusMessage *signal = NULL;
+  Table *table;
+  int fd = -1;
+
+  table = dbus_new0 (Table, 1);
+  if (table == NULL)
+    goto oom;
+
+  table->connection = connection;
+  table->id = _dbus_mcast_sender_id_of_name (bus_connection_get_name (connection));
+  if (!_dbus_mcast_calls_create (&fd, &table->table, error))
+    {
+      dbus_free (table);
+      return NULL;
+    }
+
+  signal = _dbus_mcast_daemon_signal_new (DBUS_MCAST_CALLS);
+  if (signal == NULL ||
+      !dbus_message_set_destination (signal,
+                                     bus_connection_get_name (connection)) ||
+      !dbus_message_append_args (signal, DBUS_TYPE_UNIX_FD, &fd,
+                                 DBUS_TYPE_INVALID) ||
+      !_dbus_hash_table_insert_uintptr (observer->tables,
+                                        (uintptr_t) connection, table))
+    goto oom;
+
+  _dbus_close (fd, NULL);
+  return signal;
+
+ oom:
+  if (signal != NULL)
+    dbus_message_unref (signal);
+  if (fd >= 0)
+    _dbus_close (fd, NULL);
+  table_free (table);
+  BUS_SET_OOM (error);
+  return NULL;
+}
+
+void
+bus_mcast_observer_forget_calls (BusMcastObserver *observer,
+                                 DBusConnection   *connection)
+{
+  if (observer != NULL)
+    _dbus_hash_table_remove_uintptr (observer->tables, (uintptr_t) connection);
+}
+
 dbus_bool_t
 bus_mcast_observer_set_open (BusMcastObserver *observer,
                              dbus_bool_t       open,
@@ -791,6 +1060,11 @@ bus_mcast_observer_set_open (BusMcastObserver *observer,
         }
     }
 
+  /* The daemon's member reads every call from now on; the calls made
+   * before, the members' tables list */
+  if (open && !observer->open)
+    take_listed_calls (observer);
+
   /* Calls seen from now on are the monitors' business only */
   if (!open)
     {
@@ -799,7 +1073,9 @@ bus_mcast_observer_set_open (BusMcastObserver *observer,
       _dbus_hash_iter_init (observer->callees, &iter);
       while (_dbus_hash_iter_next (&iter))
         _dbus_hash_iter_remove_entry (&iter);
-      observer->n_calls = 0;
+      _dbus_hash_iter_init (observer->callers, &iter);
+      while (_dbus_hash_iter_next (&iter))
+        _dbus_hash_iter_remove_entry (&iter);
     }
 
   observer->open = open;
@@ -833,7 +1109,7 @@ bus_mcast_observer_departed (BusMcastObserver *observer,
                              const char       *name)
 {
   Callee *callee;
-  Call *call;
+  DBusList *link;
 
   if (observer == NULL)
     return;
@@ -843,11 +1119,10 @@ bus_mcast_observer_departed (BusMcastObserver *observer,
     return;
 
   /* Newest first, as stock's expire list sends them */
-  while ((call = _dbus_list_pop_last (&callee->calls)) != NULL)
+  while ((link = _dbus_list_get_last_link (&callee->calls)) != NULL)
     {
-      show_no_reply (observer, call);
-      call_free (call);
-      observer->n_calls -= 1;
+      show_no_reply (observer, link->data);
+      call_remove (observer, callee, link);
     }
 
   _dbus_hash_table_remove_string (observer->callees, name);

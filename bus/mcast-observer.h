@@ -38,7 +38,11 @@
  * monitors are connected the daemon's member remembers the calls to
  * members it reads until their replies, and when a callee leaves,
  * bus_mcast_observer_departed() shows the monitors stock's error for
- * each call it never answered.
+ * each call it never answered.  The calls made before the first monitor
+ * came it takes from the tables in which members list the calls they
+ * await (dbus/dbus-mcast-calls.h): bus_mcast_observer_new_calls() makes
+ * a member's table, and the Calls signal that hands it over, at its
+ * admission.
  *
  * Copyright (C) 2026 dbus-mcast contributors
  * SPDX-License-Identifier: AFL-2.1 OR GPL-2.0-or-later
@@ -75,5 +79,12 @@ dbus_bool_t       bus_mcast_observer_hold     (BusMcastObserver *observer,
                                                dbus_bool_t       held);
 void              bus_mcast_observer_departed (BusMcastObserver *observer,
                                                const char       *name);
+/* The Calls signal for the member @connection, with its new table; NULL
+ * with @error set on failure */
+DBusMessage      *bus_mcast_observer_new_calls (BusMcastObserver *observer,
+                                                DBusConnection   *connection,
+                                                DBusError        *error);
+void              bus_mcast_observer_forget_calls (BusMcastObserver *observer,
+                                                   DBusConnection   *connection);
 
 #endif /* BUS_MCAST_OBSERVER_H */

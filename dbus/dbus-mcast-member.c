@@ -14,6 +14,7 @@
 
 #include "dbus-hash.h"
 #include "dbus-list.h"
+#include "dbus-mcast-calls.h"
 #include "dbus-marshal-basic.h"
 #include "dbus-marshal-header.h"
 #include "dbus-marshal-validate.h"
@@ -23,6 +24,7 @@
 #include "dbus-protocol.h"
 #include "dbus-seqpacket-io.h"
 #include "dbus-sysdeps-seqpacket.h"
+#include "dbus-sysdeps-unix.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -63,6 +65,9 @@ typedef struct
    * (UNIX_GROUP_SENT_TO), or 0.  That member alone may answer it, and it
    * is lost when that member leaves, wherever the name went. */
   dbus_uint64_t callee_id;
+  /** Its slot in the table of calls the daemon reads when monitors come
+   * (dbus-mcast-calls.h), or -1 */
+  int slot;
 } PendingCall;
 
 struct DBusMcastMember
@@ -95,7 +100,15 @@ struct DBusMcastMember
   dbus_bool_t monitor;           /**< BecomeMonitor succeeded: the daemon
                                   *   gave us an accept-all filter */
   DBusHeader scratch;            /**< header of the daemon's last message */
+  /** The table in which we list our calls to members, from the daemon's
+   * Calls signal; without one, such calls go through the daemon */
+  DBusMcastCalls *calls;
 };
+
+/* Room in the scratch header for the daemon's signals that carry fds (the
+ * Calls signal): loading one needs no memory, so its fd is taken from the
+ * packet it came with, never left to the message loader */
+#define SCRATCH_ROOM 512
 
 static void
 pending_call_free (void *data)
@@ -142,6 +155,12 @@ _dbus_mcast_member_new (void)
 
   if (!_dbus_header_init (&member->scratch))
     goto failed;
+  if (!_dbus_string_set_length (&member->scratch.data, SCRATCH_ROOM))
+    {
+      _dbus_header_free (&member->scratch);
+      goto failed;
+    }
+  _dbus_header_reinit (&member->scratch);
 
   /* The daemon says the limit before the Hello reply, and nothing is
    * written before that */
@@ -174,6 +193,7 @@ _dbus_mcast_member_free (DBusMcastMember *member)
   _dbus_hash_table_unref (member->pending);
   _dbus_hash_table_unref (member->owners);
   _dbus_header_free (&member->scratch);
+  _dbus_mcast_calls_detach (member->calls);
   dbus_free (member);
 }
 
@@ -243,6 +263,8 @@ forget_call (DBusMcastMember *member,
 
   if (call->counted)
     member->n_counted -= 1;
+  if (call->slot >= 0)
+    _dbus_mcast_calls_remove (member->calls, call->slot);
   _dbus_hash_table_remove_uintptr (member->pending, serial);
 }
 
@@ -256,11 +278,13 @@ track_call (DBusMcastMember *member,
   dbus_bool_t add_match = is_driver_call (message, "AddMatch");
   PendingCall *call, *replaced;
   dbus_bool_t replaced_counted;
+  int replaced_slot;
   const char *text;
 
   call = dbus_new0 (PendingCall, 1);
   if (call == NULL)
     return NULL;
+  call->slot = -1;
 
   if (destination != NULL &&
       (call->destination = _dbus_strdup (destination)) == NULL)
@@ -305,6 +329,7 @@ track_call (DBusMcastMember *member,
   replaced = _dbus_hash_table_lookup_uintptr (member->pending,
                                               dbus_message_get_serial (message));
   replaced_counted = replaced != NULL && replaced->counted;
+  replaced_slot = replaced != NULL ? replaced->slot : -1;
   if (!_dbus_hash_table_insert_uintptr (member->pending,
                                         dbus_message_get_serial (message),
                                         call))
@@ -312,6 +337,8 @@ track_call (DBusMcastMember *member,
 
   if (replaced_counted)
     member->n_counted -= 1;
+  if (replaced_slot >= 0)
+    _dbus_mcast_calls_remove (member->calls, replaced_slot);
   if (call->counted)
     member->n_counted += 1;
 
@@ -400,6 +427,46 @@ answer_call (DBusMcastMember *member,
   return TRUE;
 }
 
+/* Lists @call, about to be sent to the group as @serial, in the table the
+ * daemon reads when monitors come.  FALSE if there is no table or it is
+ * full: the call must pass the daemon, which then knows it as stock does. */
+static dbus_bool_t
+list_call (DBusMcastMember *member,
+           PendingCall     *call,
+           dbus_uint32_t    serial)
+{
+  dbus_uint64_t callee = 0;
+
+  if (member->calls == NULL)
+    return FALSE;
+
+  /* To a well-known name: the callee is known once it is sent */
+  if (answered_by_destination (call))
+    callee = _dbus_mcast_sender_id_of_name (call->destination);
+  call->slot = _dbus_mcast_calls_add (member->calls, callee, serial);
+  return call->slot >= 0;
+}
+
+/* Records, before it is sent, that @message answers a member's call */
+static void
+list_reply (DBusMcastMember *member,
+            DBusMessage     *message)
+{
+  const char *destination = dbus_message_get_destination (message);
+  int type = dbus_message_get_type (message);
+  dbus_uint64_t caller;
+
+  if (member->calls == NULL || destination == NULL ||
+      (type != DBUS_MESSAGE_TYPE_METHOD_RETURN &&
+       type != DBUS_MESSAGE_TYPE_ERROR))
+    return;
+
+  caller = _dbus_mcast_sender_id_of_name (destination);
+  if (caller != 0)
+    _dbus_mcast_calls_replied (member->calls, caller,
+                               dbus_message_get_reply_serial (message));
+}
+
 /**
  * Called before the first packet of message is written.  Returns #FALSE
  * only if no memory; it may be called again for the same message then.
@@ -414,6 +481,7 @@ _dbus_mcast_member_prepare (DBusMcastMember *member,
 {
   dbus_uint32_t serial = dbus_message_get_serial (message);
   const char *name = member->name;
+  PendingCall *call = NULL;
   const char *sender;
   dbus_bool_t over_limit;
 
@@ -466,7 +534,6 @@ _dbus_mcast_member_prepare (DBusMcastMember *member,
       if (dbus_message_get_type (message) == DBUS_MESSAGE_TYPE_METHOD_CALL)
         {
           dbus_bool_t no_reply = dbus_message_get_no_reply (message);
-          PendingCall *call = NULL;
 
           /* A match call without reply (dbus_bus_add_match() without
            * error) is applied now: the daemon handles it before anything
@@ -494,6 +561,17 @@ _dbus_mcast_member_prepare (DBusMcastMember *member,
        * bus: the daemon fences such a call too (_dbus_mcast_is_fenced()) */
       if (_dbus_mcast_is_fenced (message))
         member->prepared_fence = TRUE;
+
+      /* Monitors that come later see its NoReply error if its callee
+       * leaves (dbus-mcast-calls.h); one we cannot list passes the
+       * daemon */
+      if (call != NULL && call->counted && !member->prepared_direct &&
+          !list_call (member, call, serial))
+        {
+          member->prepared_direct = TRUE;
+          member->prepared_fence = TRUE;
+        }
+      list_reply (member, message);
       break;
 
     case STATE_HELLO_SENT:
@@ -550,6 +628,15 @@ _dbus_mcast_member_sent (DBusMcastMember *member,
           _dbus_seqpacket_get_sent_to (fd, &call->callee_id);
 
       call->routed = sent == DBUS_SEQPACKET_SENT_TO_DAEMON;
+      if (call->slot >= 0 && !call->routed && call->callee_id != 0)
+        _dbus_mcast_calls_set_callee (member->calls, call->slot,
+                                      call->callee_id);
+      else if (call->slot >= 0)
+        {
+          /* The daemon has it, or nobody does */
+          _dbus_mcast_calls_remove (member->calls, call->slot);
+          call->slot = -1;
+        }
     }
 
   if (member->prepared_fence)
@@ -1029,6 +1116,33 @@ is_daemon_signal (const char *interface,
          method != NULL && strcmp (method, name) == 0;
 }
 
+/* The daemon's Calls signal: the table to list our calls to members in.
+ * Its fd is the only one in @fds, those of the packet it came in (#NULL
+ * for a message not read whole from one packet, which the daemon never
+ * makes of it); they are closed and taken from @fds either way. */
+static void
+take_calls (DBusMcastMember *member,
+            int             *fds,
+            unsigned int    *n_fds)
+{
+  unsigned int i;
+
+  if (fds == NULL)
+    return;
+
+  if (*n_fds == 1 && member->calls == NULL &&
+      member->state != STATE_NOT_PROMOTED)
+    {
+      member->calls = _dbus_mcast_calls_attach (fds[0]);
+      if (member->calls == NULL)
+        _dbus_verbose ("dbus-mcast: cannot map the table of calls, calls to members pass the daemon\n");
+    }
+
+  for (i = 0; i < *n_fds; i++)
+    _dbus_close (fds[i], NULL);
+  *n_fds = 0;
+}
+
 /**
  * Looks at a complete message from the daemon (sender id 0), which is
  * trusted: the Hello reply, the Routed fence signal (consumed), the
@@ -1041,6 +1155,9 @@ is_daemon_signal (const char *interface,
  * @param data the buffer holding the message
  * @param start where it starts
  * @param len its length
+ * @param fds the unix fds of the packet it came in, or #NULL if it was
+ *   not read whole from one packet
+ * @param n_fds how many; fds the member takes are taken from @fds
  * @returns what to do with it (with #DBUS_MCAST_KEEP, what is at @start
  *   in @data now; with #DBUS_MCAST_NO_MEMORY, as much as was done may be
  *   done again: call again for the same message)
@@ -1049,7 +1166,9 @@ DBusMcastVerdict
 _dbus_mcast_member_from_daemon (DBusMcastMember  *member,
                                 DBusString       *data,
                                 int               start,
-                                int               len)
+                                int               len,
+                                int              *fds,
+                                unsigned int     *n_fds)
 {
   DBusString message;
   DBusValidity validity;
@@ -1111,6 +1230,12 @@ _dbus_mcast_member_from_daemon (DBusMcastMember  *member,
                          member->fence_serial);
           member->fenced = FALSE;
         }
+      return DBUS_MCAST_DROP;
+    }
+
+  if (is_daemon_signal (interface, method, DBUS_MCAST_CALLS))
+    {
+      take_calls (member, fds, n_fds);
       return DBUS_MCAST_DROP;
     }
 

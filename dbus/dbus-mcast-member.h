@@ -27,8 +27,9 @@
  *    Departed signal (a member left) completes the calls it will never
  *    answer with stock's NoReply error, in the signal's place, the
  *    Owners signal says who owns the well-known names of its rules'
- *    sender= keys and the ReplyLimit signal how many calls may await
- *    replies (both consumed);
+ *    sender= keys, the ReplyLimit signal how many calls may await
+ *    replies and the Calls signal where to list the calls to members
+ *    it awaits (all consumed; dbus-mcast-calls.h);
  *  - for each packet from another member (any other sender id, untrusted;
  *    one that arrives before the Hello reply, which the daemon sends after
  *    admitting us, is looked at after it):
@@ -122,7 +123,9 @@ void        _dbus_mcast_member_sent       (DBusMcastMember *member,
 DBusMcastVerdict _dbus_mcast_member_from_daemon (DBusMcastMember  *member,
                                                  DBusString       *data,
                                                  int               start,
-                                                 int               len);
+                                                 int               len,
+                                                 int              *fds,
+                                                 unsigned int     *n_fds);
 DBusMcastVerdict _dbus_mcast_member_from_peer   (DBusMcastMember  *member,
                                                  dbus_uint64_t     sender_id,
                                                  const DBusString *data,

@@ -750,12 +750,15 @@ replay_deferred (DBusSeqpacketFraming *framing,
  * Unix fds come with the first fragment and stay in the loader's fd queue
  * meanwhile (group packets carry none).  Without memory the packet (or
  * the whole message) is kept pending; each step changes nothing until it
- * succeeds.  Returns got. */
+ * succeeds.  The member may take a whole packet's fds (fds, n_fds: NULL
+ * when it is placed again) for a signal it consumes.  Returns got. */
 static int
 daemon_packet (DBusSeqpacketFraming *framing,
                DBusString           *buffer,
                int                   start,
-               int                   got)
+               int                   got,
+               int                  *fds,
+               unsigned int         *n_fds)
 {
   int len = got;
 
@@ -779,7 +782,8 @@ daemon_packet (DBusSeqpacketFraming *framing,
         }
     }
 
-  switch (_dbus_mcast_member_from_daemon (framing->member, buffer, start, len))
+  switch (_dbus_mcast_member_from_daemon (framing->member, buffer, start, len,
+                                          len == got ? fds : NULL, n_fds))
     {
     case DBUS_MCAST_DROP:
       _dbus_string_set_length (buffer, start);
@@ -1014,7 +1018,7 @@ _dbus_seqpacket_read_message (DBusSeqpacketFraming *framing,
     }
 
   if (framing->member != NULL)
-    return daemon_packet (framing, buffer, start, got);
+    return daemon_packet (framing, buffer, start, got, fds, n_fds);
 
   return got;
 }
@@ -1034,7 +1038,7 @@ place_packet (DBusSeqpacketFraming *framing,
   else if (from.sender_id != 0)
     peer_packet (framing, from.sender_id, buffer, start, len);
   else
-    daemon_packet (framing, buffer, start, len);
+    daemon_packet (framing, buffer, start, len, NULL, NULL);
 }
 
 /**

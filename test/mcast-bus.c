@@ -36,7 +36,9 @@
 #include <config.h>
 
 #include <dbus/dbus.h>
+#include <dbus/dbus-mcast-calls.h>
 #include <dbus/dbus-mcast-member.h>
+#include <dbus/dbus-message-internal.h>
 #include <dbus/dbus-seqpacket-io.h>
 #include <gio/gio.h>
 #include <glib.h>
@@ -49,6 +51,7 @@
 #include <poll.h>
 #include <signal.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/types.h>
@@ -2797,6 +2800,100 @@ test_no_reply_monitored (gconstpointer data)
   no_reply_case (data, TRUE);
 }
 
+/* A monitor that connects after calls between members were made sees
+ * stock's NoReply error for each its callee leaves unanswered, newest
+ * first, and none for a call the callee answered, whether the caller
+ * read the answer before the monitor came or not ("unread": a caller
+ * that does not read, as one stopped in a debugger).  The members list
+ * their calls and replies for the daemon (dbus/dbus-mcast-calls.h); the
+ * calls pass the kernel alone. */
+static void
+test_no_reply_monitor_later (gconstpointer data)
+{
+  const gchar *name = "org.dbusmcast.BusTest.LeavingLater";
+  gboolean unread = g_str_equal (data, "unread");
+  Peer *caller = peer_new (PEER_MEMBER);
+  Peer *callee = peer_new (PEER_MEMBER);
+  Peer *monitor = peer_new (PEER_CLASSIC);
+  gboolean fast = kernel_has_mcast ();
+  guint64 dispatched = 0;
+  dbus_uint32_t serials[3];
+  DBusMessage *m, *call;
+  guint i;
+
+  g_assert_cmpuint (request_or_release (callee, "RequestName", name), ==,
+                    DBUS_REQUEST_NAME_REPLY_PRIMARY_OWNER);
+  peer_sync (caller);
+  if (fast)
+    dispatched = get_stat (caller, "MessagesDispatched");
+
+  /* Two calls wait; the third is answered */
+  for (i = 0; i < 3; i++)
+    {
+      m = new_call (i == 1 ? name : callee->name, "Hang", NULL);
+      serials[i] = peer_send (caller, m);
+      dbus_message_unref (m);
+      call = peer_wait (callee, is_test_call, NULL);
+      if (i == 2)
+        {
+          m = dbus_message_new_method_return (call);
+          peer_send (callee, m);
+          dbus_message_unref (m);
+        }
+      dbus_message_unref (call);
+    }
+  if (fast)
+    assert_nothing_dispatched (caller, dispatched);
+  if (!unread)
+    {
+      m = peer_wait (caller, is_reply_to, GUINT_TO_POINTER (serials[2]));
+      g_assert_cmpint (dbus_message_get_type (m), ==, DBUS_MESSAGE_TYPE_METHOD_RETURN);
+      dbus_message_unref (m);
+    }
+
+  become_monitor (monitor);
+  peer_free (callee);
+
+  for (i = 0; i < 2; i++)
+    {
+      m = peer_wait (monitor, is_no_reply, NULL);
+      assert_no_reply (m, serials[1 - i]);
+      g_assert_cmpstr (dbus_message_get_destination (m), ==, caller->name);
+      dbus_message_unref (m);
+    }
+  /* Nothing for the answered call: the monitor saw all the departure
+   * brought once it sees a message the daemon sends after it */
+  peer_sync (caller);
+  m = new_signal (TEST_PATH, TEST_IFACE, "After", "", 0);
+  peer_send (caller, m);
+  dbus_message_unref (m);
+  while ((m = peer_pop (monitor, TIMEOUT_US / 1000)) != NULL &&
+         !dbus_message_is_signal (m, TEST_IFACE, "After"))
+    {
+      g_assert_false (is_no_reply (m, NULL));
+      dbus_message_unref (m);
+    }
+  g_assert_nonnull (m);
+  dbus_message_unref (m);
+
+  /* The caller gets the answer it had not read and its own errors */
+  if (unread)
+    {
+      m = peer_wait (caller, is_reply_to, GUINT_TO_POINTER (serials[2]));
+      g_assert_cmpint (dbus_message_get_type (m), ==, DBUS_MESSAGE_TYPE_METHOD_RETURN);
+      dbus_message_unref (m);
+    }
+  for (i = 0; i < 2; i++)
+    {
+      m = peer_wait (caller, is_reply_to, GUINT_TO_POINTER (serials[i]));
+      assert_no_reply (m, serials[i]);
+      dbus_message_unref (m);
+    }
+
+  peer_free (monitor);
+  peer_free (caller);
+}
+
 /* caller's call to name, which callee receives (into *received if not
  * NULL); between members, checked to pass the kernel alone.  Returns its
  * serial. */
@@ -3201,23 +3298,100 @@ raw_send_bytes (Raw        *r,
   g_assert_cmpint (send (r->fd, data, len, MSG_NOSIGNAL), ==, (gssize) len);
 }
 
-/* One packet, or NULL if none came within timeout_ms; 0-length at EOF */
+/* The most unix fds the daemon sends the raw client in one packet */
+#define RAW_MAX_FDS 4
+
+/* One packet and the unix fds that came with it (into fds, at most
+ * RAW_MAX_FDS, which may be NULL to close them), or NULL if none came
+ * within timeout_ms; 0-length at EOF */
+static GBytes *
+raw_recv_packet_fds (Raw   *r,
+                     int    timeout_ms,
+                     int   *fds,
+                     guint *n_fds)
+{
+  struct pollfd p = { r->fd, POLLIN, 0 };
+  /* the fds, and what UNIX_PASSID brings */
+  union
+  {
+    struct cmsghdr align;
+    char buf[CMSG_SPACE (RAW_MAX_FDS * sizeof (int)) + 256];
+  } control;
+  struct iovec iov;
+  struct msghdr msg = { 0 };
+  struct cmsghdr *cm;
+  gchar *buf;
+  gssize n;
+
+  if (n_fds != NULL)
+    *n_fds = 0;
+  if (poll (&p, 1, timeout_ms) != 1)
+    return NULL;
+  buf = g_malloc (DBUS_SEQPACKET_FRAGMENT_SIZE);
+  iov.iov_base = buf;
+  iov.iov_len = DBUS_SEQPACKET_FRAGMENT_SIZE;
+  msg.msg_iov = &iov;
+  msg.msg_iovlen = 1;
+  msg.msg_control = control.buf;
+  msg.msg_controllen = sizeof (control.buf);
+  n = recvmsg (r->fd, &msg, MSG_CMSG_CLOEXEC);
+  if (n < 0 && errno == ECONNRESET)
+    n = 0;
+  g_assert_cmpint (n, >=, 0);
+  g_assert_false (msg.msg_flags & MSG_CTRUNC);
+
+  for (cm = CMSG_FIRSTHDR (&msg); n > 0 && cm != NULL; cm = CMSG_NXTHDR (&msg, cm))
+    {
+      const int *received = (const int *) CMSG_DATA (cm);
+      guint i, count;
+
+      if (cm->cmsg_level != SOL_SOCKET || cm->cmsg_type != SCM_RIGHTS)
+        continue;
+      count = (cm->cmsg_len - CMSG_LEN (0)) / sizeof (int);
+      for (i = 0; i < count; i++)
+        {
+          if (fds != NULL)
+            fds[(*n_fds)++] = received[i];
+          else
+            close (received[i]);
+        }
+    }
+  return g_bytes_new_take (buf, n);
+}
+
 static GBytes *
 raw_recv_packet (Raw *r,
                  int  timeout_ms)
 {
-  struct pollfd p = { r->fd, POLLIN, 0 };
-  gchar *buf;
-  gssize n;
+  return raw_recv_packet_fds (r, timeout_ms, NULL, NULL);
+}
 
-  if (poll (&p, 1, timeout_ms) != 1)
-    return NULL;
-  buf = g_malloc (DBUS_SEQPACKET_FRAGMENT_SIZE);
-  n = recv (r->fd, buf, DBUS_SEQPACKET_FRAGMENT_SIZE, 0);
-  if (n < 0 && errno == ECONNRESET)
-    n = 0;
-  g_assert_cmpint (n, >=, 0);
-  return g_bytes_new_take (buf, n);
+/* The message in data with the unix fds it came with */
+static DBusMessage *
+demarshal_with_fds (const char *data,
+                    gsize       len,
+                    const int  *fds,
+                    guint       n_fds)
+{
+  DBusMessageLoader *loader = _dbus_message_loader_new ();
+  DBusString *buffer;
+  unsigned int room;
+  DBusMessage *m;
+  int *unix_fds;
+
+  g_assert_nonnull (loader);
+  _dbus_message_loader_get_buffer (loader, &buffer, NULL, NULL);
+  g_assert_true (_dbus_string_append_len (buffer, data, len));
+  _dbus_message_loader_return_buffer (loader, buffer);
+  g_assert_true (_dbus_message_loader_get_unix_fds (loader, &unix_fds, &room));
+  g_assert_cmpuint (n_fds, <=, room);
+  memcpy (unix_fds, fds, n_fds * sizeof (int));
+  _dbus_message_loader_return_unix_fds (loader, unix_fds, n_fds);
+  g_assert_true (_dbus_message_loader_queue_messages (loader));
+  m = _dbus_message_loader_pop_message (loader);
+  g_assert_nonnull (m);
+  _dbus_message_loader_unref (loader);
+  return m;
 }
 
 /* A SASL line from the daemon */
@@ -3244,19 +3418,29 @@ static DBusMessage *
 raw_recv (Raw *r,
           int  timeout_ms)
 {
-  GBytes *b = raw_recv_packet (r, timeout_ms);
   DBusError error = DBUS_ERROR_INIT;
-  DBusMessage *m;
-  gsize n;
+  int fds[RAW_MAX_FDS];
   const char *data;
+  DBusMessage *m;
+  guint n_fds;
+  GBytes *b;
+  gsize n;
 
+  b = raw_recv_packet_fds (r, timeout_ms, fds, &n_fds);
   if (b == NULL)
     return NULL;
   data = g_bytes_get_data (b, &n);
   g_assert_cmpuint (n, >, 0);
   g_assert_cmpint (dbus_message_demarshal_bytes_needed (data, n), ==, (int) n);
-  m = dbus_message_demarshal (data, n, &error);
-  test_assert_no_error (&error);
+  if (n_fds > 0)
+    {
+      m = demarshal_with_fds (data, n, fds, n_fds);
+    }
+  else
+    {
+      m = dbus_message_demarshal (data, n, &error);
+      test_assert_no_error (&error);
+    }
   g_bytes_unref (b);
   return m;
 }
@@ -3938,6 +4122,119 @@ static gboolean
 is_departed (DBusMessage *m, gconstpointer data)
 {
   return dbus_message_is_signal (m, DBUS_MCAST_INTERFACE, DBUS_MCAST_DEPARTED);
+}
+
+static gboolean
+is_calls_signal (DBusMessage *m, gconstpointer data)
+{
+  return dbus_message_is_signal (m, DBUS_MCAST_INTERFACE, DBUS_MCAST_CALLS);
+}
+
+static gboolean
+is_no_reply_to (DBusMessage *m, gconstpointer data)
+{
+  const gchar * const *call = data;
+
+  return is_no_reply (m, NULL) &&
+      g_strcmp0 (dbus_message_get_destination (m), call[0]) == 0 &&
+      dbus_message_get_reply_serial (m) == GPOINTER_TO_UINT (call[1]);
+}
+
+/* A member that lies in its table of calls (dbus/dbus-mcast-calls.h):
+ * it cannot resize it, lists a call to another member in every slot,
+ * says it used more slots than there are, and lists replies to another
+ * caller's calls.  A monitor that comes later still sees the NoReply
+ * error of a real call between two other members, and the liar's lies
+ * show it errors to the liar only. */
+static void
+test_lying_calls_table (gconstpointer data)
+{
+  DBusMcastCallTable *table;
+  Peer *caller, *callee, *monitor;
+  dbus_uint64_t callee_id, caller_id;
+  dbus_uint32_t serial;
+  gconstpointer real[2];
+  const char *name;
+  guint i, to_liar = 0;
+  DBusMessage *m;
+  Raw *r;
+  int fd;
+
+  if (skip_unless_mcast ())
+    return;
+  r = raw_connect (bus_address);
+  g_assert_true (r->promoted);
+  serial = raw_send_hello (r);
+  m = raw_wait (r, is_calls_signal, NULL);
+  g_assert_true (dbus_message_get_args (m, NULL, DBUS_TYPE_UNIX_FD, &fd,
+                                        DBUS_TYPE_INVALID));
+  dbus_message_unref (m);
+  m = raw_wait (r, is_reply_to, GUINT_TO_POINTER (serial));
+  g_assert_true (dbus_message_get_args (m, NULL, DBUS_TYPE_STRING, &name,
+                                        DBUS_TYPE_INVALID));
+  r->name = g_strdup (name);
+  dbus_message_unref (m);
+
+  /* The daemon's mapping stays whole */
+  g_assert_cmpint (ftruncate (fd, 0), ==, -1);
+  g_assert_cmpint (errno, ==, EPERM);
+  g_assert_cmpint (ftruncate (fd, 1 << 24), ==, -1);
+  g_assert_cmpint (errno, ==, EPERM);
+  table = mmap (NULL, sizeof (*table), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  g_assert_true (table != MAP_FAILED);
+  close (fd);
+
+  caller = peer_new (PEER_MEMBER);
+  callee = peer_new (PEER_MEMBER);
+  monitor = peer_new (PEER_CLASSIC);
+  callee_id = _dbus_mcast_sender_id_of_name (callee->name);
+  caller_id = _dbus_mcast_sender_id_of_name (caller->name);
+  m = new_call (callee->name, "Hang", NULL);
+  serial = peer_send (caller, m);
+  dbus_message_unref (m);
+  dbus_message_unref (peer_wait (callee, is_test_call, NULL));
+
+  table->n_slots = G_MAXUINT32;
+  for (i = 0; i < DBUS_MCAST_CALLS_SLOTS; i++)
+    table->calls[i] = (DBusMcastCallEntry) { callee_id, i + 1, 0 };
+  for (i = 0; i < DBUS_MCAST_CALLS_REPLIES; i++)
+    table->replies[i] = (DBusMcastCallEntry) { caller_id, serial, 0 };
+
+  become_monitor (monitor);
+  peer_free (callee);
+
+  real[0] = caller->name;
+  real[1] = GUINT_TO_POINTER (serial);
+  m = peer_wait (monitor, is_no_reply_to, real);
+  assert_no_reply (m, serial);
+  dbus_message_unref (m);
+
+  /* Everything else the departure showed: errors to the liar */
+  peer_sync (caller);
+  m = new_signal (TEST_PATH, TEST_IFACE, "After", "", 0);
+  peer_send (caller, m);
+  dbus_message_unref (m);
+  while ((m = peer_pop (monitor, TIMEOUT_US / 1000)) != NULL &&
+         !dbus_message_is_signal (m, TEST_IFACE, "After"))
+    {
+      if (is_no_reply (m, NULL))
+        {
+          g_assert_cmpstr (dbus_message_get_destination (m), ==, r->name);
+          to_liar++;
+        }
+      dbus_message_unref (m);
+    }
+  g_assert_nonnull (m);
+  dbus_message_unref (m);
+  g_assert_cmpuint (to_liar, <=, DBUS_MCAST_CALLS_SLOTS);
+  g_test_message ("the liar's table showed the monitor %u errors to itself", to_liar);
+
+  /* the liar still works */
+  raw_roundtrip (r, caller);
+  munmap (table, sizeof (*table));
+  raw_free (r);
+  peer_free (monitor);
+  peer_free (caller);
 }
 
 /* A hand-made member's Departed signal to a member that awaits a reply
@@ -5122,6 +5419,8 @@ main (int    argc,
   ADD ("/no-reply/disconnect/monitored/member-member", test_no_reply_monitored,
        "member-member");
   ADD ("/no-reply/disconnect/together", test_no_reply_together, NULL);
+  ADD ("/no-reply/monitor-later/read", test_no_reply_monitor_later, "read");
+  ADD ("/no-reply/monitor-later/unread", test_no_reply_monitor_later, "unread");
   ADD ("/no-reply/name-moved/members", test_no_reply_name_moved,
        "member-member-member");
   ADD ("/no-reply/name-moved/classic", test_no_reply_name_moved,
@@ -5168,6 +5467,7 @@ main (int    argc,
   ADD ("/security/raw/unsolicited-reply/unique", test_unsolicited_reply, "unique");
   ADD ("/security/raw/unsolicited-reply/well-known", test_unsolicited_reply, "well-known");
   ADD ("/security/raw/forged-departed", test_forged_departed, NULL);
+  ADD ("/security/raw/lying-calls-table", test_lying_calls_table, NULL);
   ADD ("/policy/restricted", test_restricted, NULL);
   ADD ("/limits/max-message-size", test_small_messages, NULL);
   ADD ("/limits/reply-timeout", test_reply_timeout, NULL);
