@@ -1027,6 +1027,19 @@ bus_mcast_observer_new_calls (BusMcastObserver *observer,
   return NULL;
 }
 
+dbus_bool_t
+bus_mcast_observer_awaits (BusMcastObserver    *observer,
+                           DBusConnection      *connection,
+                           const dbus_uint64_t *departed,
+                           int                  n_departed)
+{
+  Table *table = _dbus_hash_table_lookup_uintptr (observer->tables,
+                                                  (uintptr_t) connection);
+
+  return table != NULL &&
+         _dbus_mcast_calls_awaits (table->table, departed, n_departed);
+}
+
 void
 bus_mcast_observer_forget_calls (BusMcastObserver *observer,
                                  DBusConnection   *connection)

@@ -86,5 +86,13 @@ DBusMessage      *bus_mcast_observer_new_calls (BusMcastObserver *observer,
                                                 DBusError        *error);
 void              bus_mcast_observer_forget_calls (BusMcastObserver *observer,
                                                    DBusConnection   *connection);
+/* Whether the member @connection may await a reply from one of the
+ * members @departed (kernel ids) left: its table lists a call to one of
+ * them, or one whose callee it does not know yet.  A member without a
+ * table sends its calls through the daemon. */
+dbus_bool_t       bus_mcast_observer_awaits   (BusMcastObserver    *observer,
+                                               DBusConnection      *connection,
+                                               const dbus_uint64_t *departed,
+                                               int                  n_departed);
 
 #endif /* BUS_MCAST_OBSERVER_H */

@@ -50,10 +50,10 @@ typedef struct
   dbus_uint32_t serial;        /**< of the routed message */
 } Fence;
 
-/* A member left: every other member is owed a Departed signal, sent
- * from the main loop, after the NameOwnerChanged signals of its names, as
- * stock's NoReply errors are.  One signal tells of all the members that
- * left since the last one. */
+/* A member left: every other member that may await its reply is owed a
+ * Departed signal, sent from the main loop, after the NameOwnerChanged
+ * signals of its names, as stock's NoReply errors are.  One signal tells
+ * of all the members that left since the last one. */
 typedef struct
 {
   BusMcastMembers *members;
@@ -89,11 +89,15 @@ struct BusMcastRouting
 
 /* The Departed signal, without destination, and how many serials each
  * member's copy takes: its own, and one for each NoReply error the
- * member's libdbus may number after it (dbus-mcast-member.h) */
+ * member's libdbus may number after it (dbus-mcast-member.h); the
+ * departed members' kernel ids */
 typedef struct
 {
   DBusMessage *signal;
   dbus_uint32_t serials;
+  BusMcastObserver *observer;
+  dbus_uint64_t *ids;
+  int n_ids;
 } Departed;
 
 /* How long the daemon gathers departures into one Departed signal: when
@@ -249,11 +253,11 @@ new_departed (DBusList *departures)
   return signal;
 }
 
-/* Sends @data, the Departed, to the member @connection (not a monitor:
- * monitors make no calls) behind the group copies the kernel diverted
- * from it so far, which may hold the departed members' last messages.
- * Its serial is the first of a block the connection numbers nothing
- * else with. */
+/* Sends @data, the Departed, to the member @connection if its table of
+ * calls lists one that a departed member may have received (monitors
+ * make no calls), behind the group copies the kernel diverted from it so
+ * far, which may hold the departed members' last messages.  Its serial
+ * is the first of a block the connection numbers nothing else with. */
 static void
 send_departed (DBusConnection *connection,
                void           *data)
@@ -261,7 +265,9 @@ send_departed (DBusConnection *connection,
   Departed *departed = data;
   DBusMessage *signal;
 
-  if (bus_connection_is_monitor (connection))
+  if (bus_connection_is_monitor (connection) ||
+      !bus_mcast_observer_awaits (departed->observer, connection,
+                                  departed->ids, departed->n_ids))
     return;
 
   while ((signal = dbus_message_copy (departed->signal)) == NULL ||
@@ -317,6 +323,15 @@ send_due_departures (void *data)
     _dbus_wait_for_memory ();
   departed.serials = routing->largest_reply_limit < _DBUS_UINT32_MAX ?
                      routing->largest_reply_limit + 1 : _DBUS_UINT32_MAX;
+  departed.n_ids = 0;
+  while ((departed.ids = dbus_new (dbus_uint64_t,
+                                   _dbus_list_get_length (&routing->departures))) == NULL)
+    _dbus_wait_for_memory ();
+  for (link = _dbus_list_get_first_link (&routing->departures);
+       link != NULL;
+       link = _dbus_list_get_next_link (&routing->departures, link))
+    departed.ids[departed.n_ids++] =
+        _dbus_mcast_sender_id_of_name (((Departure *) link->data)->name);
 
   /* Monitors see stock's errors, members make their own */
   for (link = _dbus_list_get_first_link (&routing->departures);
@@ -328,8 +343,10 @@ send_due_departures (void *data)
     }
 
   departure = _dbus_list_get_first (&routing->departures);
+  departed.observer = departure->observer;
   bus_mcast_members_foreach (departure->members, send_departed, &departed);
   dbus_message_unref (departed.signal);
+  dbus_free (departed.ids);
   while ((departure = _dbus_list_pop_first (&routing->departures)) != NULL)
     departure_free (departure);
   return TRUE;

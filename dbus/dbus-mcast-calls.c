@@ -26,7 +26,8 @@
 
 struct DBusMcastCalls
 {
-  DBusMcastCallTable *table;   /**< shared, mapped writable */
+  DBusMcastCallTable *table;   /**< shared, mapped writable; NULL until
+                                    attached */
   unsigned int n_slots;        /**< slots used so far: ours, not the
                                     shared copy the daemon reads */
   unsigned int n_free;         /**< slots below n_slots free again */
@@ -37,47 +38,66 @@ struct DBusMcastCalls
 _DBUS_STATIC_ASSERT (DBUS_MCAST_CALLS_SLOTS <= 65536);
 
 /**
- * Maps the table the daemon sent in its Calls signal.  The caller keeps
- * @fd (the mapping does not need it).
+ * The member's side, without a table yet: allocated with the connection,
+ * so that taking the table later needs no memory.
  *
- * @param fd the table's memfd
- * @returns the member's side, or #NULL if no memory or @fd is not a table
+ * @returns the member's side, or #NULL if no memory
  */
 DBusMcastCalls *
-_dbus_mcast_calls_attach (int fd)
+_dbus_mcast_calls_new (void)
 {
-  DBusMcastCalls *calls;
-  struct stat st;
-  void *mapped;
-
-  if (fstat (fd, &st) != 0 || !S_ISREG (st.st_mode) ||
-      st.st_size < (off_t) sizeof (DBusMcastCallTable))
-    return NULL;
-
-  calls = dbus_new0 (DBusMcastCalls, 1);
-  if (calls == NULL)
-    return NULL;
-
-  mapped = mmap (NULL, sizeof (DBusMcastCallTable), PROT_READ | PROT_WRITE,
-                 MAP_SHARED, fd, 0);
-  if (mapped == MAP_FAILED)
-    {
-      dbus_free (calls);
-      return NULL;
-    }
-
-  calls->table = mapped;
-  return calls;
+  return dbus_new0 (DBusMcastCalls, 1);
 }
 
 void
-_dbus_mcast_calls_detach (DBusMcastCalls *calls)
+_dbus_mcast_calls_free (DBusMcastCalls *calls)
 {
   if (calls == NULL)
     return;
 
-  munmap (calls->table, sizeof (DBusMcastCallTable));
+  if (calls->table != NULL)
+    munmap (calls->table, sizeof (DBusMcastCallTable));
   dbus_free (calls);
+}
+
+/**
+ * Maps the table the daemon sent in its Calls signal, once.  The caller
+ * keeps @fd (the mapping does not need it).
+ *
+ * @param calls the member's side
+ * @param fd the table's memfd
+ * @returns #FALSE if it has a table already or @fd is not one
+ */
+dbus_bool_t
+_dbus_mcast_calls_attach (DBusMcastCalls *calls,
+                          int             fd)
+{
+  struct stat st;
+  void *mapped;
+
+  if (calls->table != NULL || fstat (fd, &st) != 0 || !S_ISREG (st.st_mode) ||
+      st.st_size < (off_t) sizeof (DBusMcastCallTable))
+    return FALSE;
+
+  mapped = mmap (NULL, sizeof (DBusMcastCallTable), PROT_READ | PROT_WRITE,
+                 MAP_SHARED, fd, 0);
+  if (mapped == MAP_FAILED)
+    return FALSE;
+
+  calls->table = mapped;
+  return TRUE;
+}
+
+/**
+ * Whether the member has a table to list its calls in.
+ *
+ * @param calls the member's side
+ * @returns #TRUE once attached
+ */
+dbus_bool_t
+_dbus_mcast_calls_is_attached (DBusMcastCalls *calls)
+{
+  return calls->table != NULL;
 }
 
 /**
@@ -85,10 +105,11 @@ _dbus_mcast_calls_detach (DBusMcastCalls *calls)
  * finds it as soon as the callee may have it.
  *
  * @param calls the member's side
- * @param callee the callee's kernel sender id, or 0 while not known (a
- *   call to a well-known name: _dbus_mcast_calls_set_callee() once sent)
+ * @param callee the callee's kernel sender id, or
+ *   #DBUS_MCAST_CALLS_UNKNOWN_CALLEE while not known (a call to a
+ *   well-known name: _dbus_mcast_calls_set_callee() once sent)
  * @param serial the call's serial
- * @returns its slot, or -1 if the table is full
+ * @returns its slot, or -1 if there is no table or it is full
  */
 int
 _dbus_mcast_calls_add (DBusMcastCalls *calls,
@@ -97,6 +118,8 @@ _dbus_mcast_calls_add (DBusMcastCalls *calls,
 {
   unsigned int slot;
 
+  if (calls->table == NULL)
+    return -1;
   if (calls->n_free > 0)
     slot = calls->free_slots[--calls->n_free];
   else if (calls->n_slots < DBUS_MCAST_CALLS_SLOTS)
@@ -156,8 +179,11 @@ _dbus_mcast_calls_replied (DBusMcastCalls *calls,
                            dbus_uint64_t   caller,
                            dbus_uint32_t   serial)
 {
-  DBusMcastCallEntry *reply = &calls->table->replies[calls->next_reply];
+  DBusMcastCallEntry *reply;
 
+  if (calls->table == NULL)
+    return;
+  reply = &calls->table->replies[calls->next_reply];
   STORE (reply->peer, 0);
   STORE (reply->serial, serial);
   STORE (reply->peer, caller);
@@ -242,7 +268,7 @@ _dbus_mcast_calls_get_n_slots (const DBusMcastCallTable *table)
  * @param table the daemon's mapping
  * @param slot below _dbus_mcast_calls_get_n_slots()
  * @param call the call listed there
- * @returns #FALSE if the slot is empty
+ * @returns #FALSE if the slot is empty or its callee not known yet
  */
 dbus_bool_t
 _dbus_mcast_calls_get_call (const DBusMcastCallTable *table,
@@ -255,7 +281,40 @@ _dbus_mcast_calls_get_call (const DBusMcastCallTable *table,
   entry = &table->calls[slot];
   call->peer = LOAD (entry->peer);
   call->serial = LOAD (entry->serial);
-  return call->peer != 0 && LOAD (entry->peer) == call->peer;
+  return call->peer != 0 && call->peer != DBUS_MCAST_CALLS_UNKNOWN_CALLEE &&
+         LOAD (entry->peer) == call->peer;
+}
+
+/**
+ * Whether the member may await a reply from one of @callees: it lists a
+ * call to one of them, or one whose callee it does not know yet.
+ *
+ * @param table the daemon's mapping
+ * @param callees kernel sender ids
+ * @param n_callees how many
+ * @returns #TRUE if it may
+ */
+dbus_bool_t
+_dbus_mcast_calls_awaits (const DBusMcastCallTable *table,
+                          const dbus_uint64_t      *callees,
+                          int                       n_callees)
+{
+  unsigned int n = _dbus_mcast_calls_get_n_slots (table);
+  unsigned int slot;
+  int i;
+
+  for (slot = 0; slot < n; slot++)
+    {
+      dbus_uint64_t peer = LOAD (table->calls[slot].peer);
+
+      if (peer == DBUS_MCAST_CALLS_UNKNOWN_CALLEE)
+        return TRUE;
+      for (i = 0; i < n_callees && peer != 0; i++)
+        if (peer == callees[i])
+          return TRUE;
+    }
+
+  return FALSE;
 }
 
 /**

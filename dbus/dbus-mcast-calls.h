@@ -17,7 +17,8 @@
  * The daemon creates each table (_dbus_mcast_calls_create(): a memfd it
  * can neither grow nor shrink, mapped read-only) and hands the member
  * the fd with the Calls signal before its Hello reply
- * (dbus-mcast-member.h); the member maps it writable
+ * (dbus-mcast-member.h); the member, which allocated its side with the
+ * connection (_dbus_mcast_calls_new()), maps it writable
  * (_dbus_mcast_calls_attach()).  Only the member writes.  The daemon
  * trusts a table about its own member's calls only: a member that lies
  * shows monitors errors to itself, or hides them, and the daemon checks
@@ -46,6 +47,10 @@ DBUS_BEGIN_DECLS
 /** How many of a member's last replies to members a table keeps */
 #define DBUS_MCAST_CALLS_REPLIES 1024
 
+/** The callee of a listed call to a well-known name before the kernel
+ * said which member it reached */
+#define DBUS_MCAST_CALLS_UNKNOWN_CALLEE _DBUS_UINT64_MAX
+
 /** A call (in a slot: to the callee @peer) or a reply (in the ring: to
  * the caller @peer) to the call numbered @serial by its caller */
 typedef struct
@@ -69,9 +74,14 @@ typedef struct
 typedef struct DBusMcastCalls DBusMcastCalls;
 
 DBUS_PRIVATE_EXPORT
-DBusMcastCalls *_dbus_mcast_calls_attach      (int             fd);
+DBusMcastCalls *_dbus_mcast_calls_new         (void);
 DBUS_PRIVATE_EXPORT
-void            _dbus_mcast_calls_detach      (DBusMcastCalls *calls);
+void            _dbus_mcast_calls_free        (DBusMcastCalls *calls);
+DBUS_PRIVATE_EXPORT
+dbus_bool_t     _dbus_mcast_calls_attach      (DBusMcastCalls *calls,
+                                               int             fd);
+DBUS_PRIVATE_EXPORT
+dbus_bool_t     _dbus_mcast_calls_is_attached (DBusMcastCalls *calls);
 DBUS_PRIVATE_EXPORT
 int             _dbus_mcast_calls_add         (DBusMcastCalls *calls,
                                                dbus_uint64_t   callee,
@@ -105,6 +115,10 @@ dbus_bool_t     _dbus_mcast_calls_has_replied (const DBusMcastCallTable  *table,
                                                dbus_uint32_t              serial);
 DBUS_PRIVATE_EXPORT
 unsigned int    _dbus_mcast_calls_get_n_slots (const DBusMcastCallTable  *table);
+DBUS_PRIVATE_EXPORT
+dbus_bool_t     _dbus_mcast_calls_awaits      (const DBusMcastCallTable  *table,
+                                               const dbus_uint64_t       *callees,
+                                               int                        n_callees);
 
 DBUS_END_DECLS
 

@@ -100,8 +100,8 @@ struct DBusMcastMember
   dbus_bool_t monitor;           /**< BecomeMonitor succeeded: the daemon
                                   *   gave us an accept-all filter */
   DBusHeader scratch;            /**< header of the daemon's last message */
-  /** The table in which we list our calls to members, from the daemon's
-   * Calls signal; without one, such calls go through the daemon */
+  /** The table in which we list our calls to members, once the daemon's
+   * Calls signal gave it; without one, such calls go through the daemon */
   DBusMcastCalls *calls;
 };
 
@@ -153,6 +153,10 @@ _dbus_mcast_member_new (void)
   if (member->owners == NULL)
     goto failed;
 
+  member->calls = _dbus_mcast_calls_new ();
+  if (member->calls == NULL)
+    goto failed;
+
   if (!_dbus_header_init (&member->scratch))
     goto failed;
   if (!_dbus_string_set_length (&member->scratch.data, SCRATCH_ROOM))
@@ -173,6 +177,7 @@ _dbus_mcast_member_new (void)
     _dbus_hash_table_unref (member->pending);
   if (member->owners != NULL)
     _dbus_hash_table_unref (member->owners);
+  _dbus_mcast_calls_free (member->calls);
   dbus_free (member);
   return NULL;
 }
@@ -193,7 +198,7 @@ _dbus_mcast_member_free (DBusMcastMember *member)
   _dbus_hash_table_unref (member->pending);
   _dbus_hash_table_unref (member->owners);
   _dbus_header_free (&member->scratch);
-  _dbus_mcast_calls_detach (member->calls);
+  _dbus_mcast_calls_free (member->calls);
   dbus_free (member);
 }
 
@@ -435,10 +440,7 @@ list_call (DBusMcastMember *member,
            PendingCall     *call,
            dbus_uint32_t    serial)
 {
-  dbus_uint64_t callee = 0;
-
-  if (member->calls == NULL)
-    return FALSE;
+  dbus_uint64_t callee = DBUS_MCAST_CALLS_UNKNOWN_CALLEE;
 
   /* To a well-known name: the callee is known once it is sent */
   if (answered_by_destination (call))
@@ -456,7 +458,7 @@ list_reply (DBusMcastMember *member,
   int type = dbus_message_get_type (message);
   dbus_uint64_t caller;
 
-  if (member->calls == NULL || destination == NULL ||
+  if (destination == NULL ||
       (type != DBUS_MESSAGE_TYPE_METHOD_RETURN &&
        type != DBUS_MESSAGE_TYPE_ERROR))
     return;
@@ -1130,13 +1132,9 @@ take_calls (DBusMcastMember *member,
   if (fds == NULL)
     return;
 
-  if (*n_fds == 1 && member->calls == NULL &&
-      member->state != STATE_NOT_PROMOTED)
-    {
-      member->calls = _dbus_mcast_calls_attach (fds[0]);
-      if (member->calls == NULL)
-        _dbus_verbose ("dbus-mcast: cannot map the table of calls, calls to members pass the daemon\n");
-    }
+  if (*n_fds == 1 && member->state != STATE_NOT_PROMOTED &&
+      !_dbus_mcast_calls_attach (member->calls, fds[0]))
+    _dbus_verbose ("dbus-mcast: cannot map the table of calls, calls to members pass the daemon\n");
 
   for (i = 0; i < *n_fds; i++)
     _dbus_close (fds[i], NULL);

@@ -3584,6 +3584,48 @@ raw_new (const gchar *address)
   return r;
 }
 
+static gboolean
+is_calls_signal (DBusMessage *m, gconstpointer data)
+{
+  return dbus_message_is_signal (m, DBUS_MCAST_INTERFACE, DBUS_MCAST_CALLS);
+}
+
+/* raw_new(), keeping the fd of the table of calls the daemon hands a
+ * member before its Hello reply (dbus/dbus-mcast-calls.h) */
+static Raw *
+raw_new_with_calls (const gchar *address,
+                    int         *fd)
+{
+  Raw *r = raw_connect (address);
+  dbus_uint32_t hello;
+  const char *name;
+  DBusMessage *m;
+
+  g_assert_true (r->promoted);
+  hello = raw_send_hello (r);
+  m = raw_wait (r, is_calls_signal, NULL);
+  g_assert_true (dbus_message_get_args (m, NULL, DBUS_TYPE_UNIX_FD, fd,
+                                        DBUS_TYPE_INVALID));
+  dbus_message_unref (m);
+  m = raw_wait (r, is_reply_to, GUINT_TO_POINTER (hello));
+  g_assert_true (dbus_message_get_args (m, NULL, DBUS_TYPE_STRING, &name,
+                                        DBUS_TYPE_INVALID));
+  r->name = g_strdup (name);
+  dbus_message_unref (m);
+  return r;
+}
+
+/* The table of calls in fd, mapped writable */
+static DBusMcastCallTable *
+map_calls (int fd)
+{
+  DBusMcastCallTable *table;
+
+  table = mmap (NULL, sizeof (*table), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  g_assert_true (table != MAP_FAILED);
+  return table;
+}
+
 static void
 raw_free (Raw *r)
 {
@@ -4124,10 +4166,62 @@ is_departed (DBusMessage *m, gconstpointer data)
   return dbus_message_is_signal (m, DBUS_MCAST_INTERFACE, DBUS_MCAST_DEPARTED);
 }
 
-static gboolean
-is_calls_signal (DBusMessage *m, gconstpointer data)
+/* Only a member that may await a reply from a member that left is told
+ * (Departed): one whose table lists a call to it, or a call whose callee
+ * it does not know yet; one that lists none is not.  Two hand-made
+ * members, the daemon's signals seen as they come. */
+static void
+test_departed_to_callers (gconstpointer data)
 {
-  return dbus_message_is_signal (m, DBUS_MCAST_INTERFACE, DBUS_MCAST_CALLS);
+  DBusMcastCallTable *table[3];
+  Peer *callee;
+  DBusMessage *m, *call;
+  dbus_uint32_t serial;
+  Raw *r[3];
+  guint i;
+  int fd;
+
+  if (skip_unless_mcast ())
+    return;
+  for (i = 0; i < 3; i++)
+    {
+      r[i] = raw_new_with_calls (bus_address, &fd);
+      table[i] = map_calls (fd);
+      close (fd);
+    }
+  callee = peer_new (PEER_MEMBER);
+  /* r[0] awaits nothing, r[1] a reply from callee, r[2] one from a member
+   * the kernel has not named yet */
+  table[1]->calls[0].serial = 7;
+  table[1]->calls[0].peer = _dbus_mcast_sender_id_of_name (callee->name);
+  table[1]->n_slots = 1;
+  table[2]->calls[0].serial = 7;
+  table[2]->calls[0].peer = DBUS_MCAST_CALLS_UNKNOWN_CALLEE;
+  table[2]->n_slots = 1;
+  peer_free (callee);
+
+  for (i = 1; i < 3; i++)
+    dbus_message_unref (raw_wait (r[i], is_departed, NULL));
+
+  /* sent with theirs: it would come before the reply to a later call */
+  call = dbus_message_new_method_call (DBUS_SERVICE_DBUS, DBUS_PATH_DBUS,
+                                       DBUS_INTERFACE_DBUS, "GetId");
+  serial = raw_send (r[0], call, NULL);
+  dbus_message_unref (call);
+  while ((m = raw_recv (r[0], TIMEOUT_US / 1000)) != NULL &&
+         !is_reply_to (m, GUINT_TO_POINTER (serial)))
+    {
+      g_assert_false (is_departed (m, NULL));
+      dbus_message_unref (m);
+    }
+  g_assert_nonnull (m);
+  dbus_message_unref (m);
+
+  for (i = 0; i < 3; i++)
+    {
+      munmap (table[i], sizeof (*table[i]));
+      raw_free (r[i]);
+    }
 }
 
 static gboolean
@@ -4154,7 +4248,6 @@ test_lying_calls_table (gconstpointer data)
   dbus_uint64_t callee_id, caller_id;
   dbus_uint32_t serial;
   gconstpointer real[2];
-  const char *name;
   guint i, to_liar = 0;
   DBusMessage *m;
   Raw *r;
@@ -4162,26 +4255,14 @@ test_lying_calls_table (gconstpointer data)
 
   if (skip_unless_mcast ())
     return;
-  r = raw_connect (bus_address);
-  g_assert_true (r->promoted);
-  serial = raw_send_hello (r);
-  m = raw_wait (r, is_calls_signal, NULL);
-  g_assert_true (dbus_message_get_args (m, NULL, DBUS_TYPE_UNIX_FD, &fd,
-                                        DBUS_TYPE_INVALID));
-  dbus_message_unref (m);
-  m = raw_wait (r, is_reply_to, GUINT_TO_POINTER (serial));
-  g_assert_true (dbus_message_get_args (m, NULL, DBUS_TYPE_STRING, &name,
-                                        DBUS_TYPE_INVALID));
-  r->name = g_strdup (name);
-  dbus_message_unref (m);
+  r = raw_new_with_calls (bus_address, &fd);
 
   /* The daemon's mapping stays whole */
   g_assert_cmpint (ftruncate (fd, 0), ==, -1);
   g_assert_cmpint (errno, ==, EPERM);
   g_assert_cmpint (ftruncate (fd, 1 << 24), ==, -1);
   g_assert_cmpint (errno, ==, EPERM);
-  table = mmap (NULL, sizeof (*table), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-  g_assert_true (table != MAP_FAILED);
+  table = map_calls (fd);
   close (fd);
 
   caller = peer_new (PEER_MEMBER);
@@ -5244,8 +5325,10 @@ test_no_reply_together (gconstpointer data)
   const char *driver = DBUS_SERVICE_DBUS;
   dbus_uint32_t daemon_pid;
   guint i, n_signals = 0, n_errors = 0;
+  DBusMcastCallTable *table;
   DBusMessage *m;
   Raw *r;
+  int fd;
 
   if (!kernel_has_mcast ())
     {
@@ -5255,16 +5338,22 @@ test_no_reply_together (gconstpointer data)
       return;
     }
 
-  r = raw_new (bus_address);
-  g_assert_true (r->promoted);
+  /* The hand-made member lists a call to each of them, as a caller's
+   * libdbus does: the daemon tells it who left */
+  r = raw_new_with_calls (bus_address, &fd);
+  table = map_calls (fd);
+  close (fd);
   for (i = 0; i < LEAVING_TOGETHER; i++)
     {
       leaving[i] = peer_new (PEER_MEMBER);
+      table->calls[i].serial = 1000 + i;
+      table->calls[i].peer = _dbus_mcast_sender_id_of_name (leaving[i]->name);
       m = new_call (leaving[i]->name, "Hang", NULL);
       serials[i] = peer_send (caller, m);
       dbus_message_unref (m);
       dbus_message_unref (peer_wait (leaving[i], is_test_call, NULL));
     }
+  table->n_slots = LEAVING_TOGETHER;
   /* The daemon notices them all in one go */
   m = driver_call (caller, DBUS_INTERFACE_DBUS, "GetConnectionUnixProcessID",
                    DBUS_TYPE_STRING, &driver, DBUS_TYPE_INVALID);
@@ -5321,6 +5410,7 @@ test_no_reply_together (gconstpointer data)
                                          GUINT_TO_POINTER (dbus_message_get_serial (m))));
   dbus_message_unref (m);
 
+  munmap (table, sizeof (*table));
   raw_free (r);
   g_hash_table_unref (error_serials);
   g_hash_table_unref (left);
@@ -5419,6 +5509,7 @@ main (int    argc,
   ADD ("/no-reply/disconnect/monitored/member-member", test_no_reply_monitored,
        "member-member");
   ADD ("/no-reply/disconnect/together", test_no_reply_together, NULL);
+  ADD ("/no-reply/departed-to-callers", test_departed_to_callers, NULL);
   ADD ("/no-reply/monitor-later/read", test_no_reply_monitor_later, "read");
   ADD ("/no-reply/monitor-later/unread", test_no_reply_monitor_later, "unread");
   ADD ("/no-reply/name-moved/members", test_no_reply_name_moved,

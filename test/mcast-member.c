@@ -24,6 +24,7 @@
 
 #include <dbus/dbus.h>
 #include <dbus/dbus-connection-internal.h>
+#include <dbus/dbus-mcast-calls.h>
 #include <dbus/dbus-mcast-member.h>
 #include <dbus/dbus-seqpacket-io.h>
 #include <dbus/dbus-server-socket.h>
@@ -235,6 +236,31 @@ send_daemon_signal (Fixture        *f,
   dbus_message_unref (signal);
 }
 
+/* "The daemon" hands the client named name, on its end srv, its table of
+ * calls (dbus/dbus-mcast-calls.h), as before its Hello reply */
+static void
+send_calls (Fixture        *f,
+            DBusConnection *srv,
+            const char     *name)
+{
+  const DBusMcastCallTable *table;
+  DBusError error = DBUS_ERROR_INIT;
+  DBusMessage *signal;
+  int fd;
+
+  g_assert_true (_dbus_mcast_calls_create (&fd, &table, &error));
+  test_assert_no_error (&error);
+  signal = dbus_message_new_signal (DBUS_PATH_DBUS, DBUS_MCAST_INTERFACE,
+                                    DBUS_MCAST_CALLS);
+  driver_message (signal, name);
+  g_assert_true (dbus_message_append_args (signal, DBUS_TYPE_UNIX_FD, &fd,
+                                           DBUS_TYPE_INVALID));
+  send_flush (f, srv, signal);
+  dbus_message_unref (signal);
+  close (fd);
+  _dbus_mcast_calls_unmap (table);
+}
+
 /* "The daemon" tells the client named name, on its end srv, that its
  * message with this serial is routed */
 static void
@@ -281,6 +307,7 @@ open_client (Fixture *f, guint32 minor, gboolean promote,
     {
       g_assert_true (dbus_connection_get_socket (srv, &fd));
       admit (fd, minor, UNIX_MREQ_SEND_TO_PEER);
+      send_calls (f, srv, name);
     }
   if (before_reply != NULL)
     before_reply (f);

@@ -39,15 +39,21 @@ setup (Fixture       *f,
 
   g_assert_true (_dbus_mcast_calls_create (&f->fd, &f->daemon, &error));
   g_assert_false (dbus_error_is_set (&error));
-  f->member = _dbus_mcast_calls_attach (f->fd);
+  f->member = _dbus_mcast_calls_new ();
   g_assert_nonnull (f->member);
+  g_assert_false (_dbus_mcast_calls_is_attached (f->member));
+  g_assert_cmpint (_dbus_mcast_calls_add (f->member, 7, 99), ==, -1);
+  g_assert_true (_dbus_mcast_calls_attach (f->member, f->fd));
+  g_assert_true (_dbus_mcast_calls_is_attached (f->member));
+  /* once */
+  g_assert_false (_dbus_mcast_calls_attach (f->member, f->fd));
 }
 
 static void
 teardown (Fixture       *f,
           gconstpointer  data)
 {
-  _dbus_mcast_calls_detach (f->member);
+  _dbus_mcast_calls_free (f->member);
   _dbus_mcast_calls_unmap (f->daemon);
   close (f->fd);
 }
@@ -62,7 +68,7 @@ test_calls (Fixture       *f,
 
   g_assert_cmpuint (_dbus_mcast_calls_get_n_slots (f->daemon), ==, 0);
   a = _dbus_mcast_calls_add (f->member, 7, 100);
-  b = _dbus_mcast_calls_add (f->member, 0, 101);
+  b = _dbus_mcast_calls_add (f->member, DBUS_MCAST_CALLS_UNKNOWN_CALLEE, 101);
   c = _dbus_mcast_calls_add (f->member, 7, 102);
   g_assert_cmpint (a, >=, 0);
   g_assert_cmpint (b, >=, 0);
@@ -87,6 +93,31 @@ test_calls (Fixture       *f,
   g_assert_cmpuint (call.peer, ==, 8);
   g_assert_cmpuint (call.serial, ==, 103);
   g_assert_cmpuint (_dbus_mcast_calls_get_n_slots (f->daemon), ==, 3);
+}
+
+/* Which departures a member may await a reply from */
+static void
+test_awaits (Fixture       *f,
+             gconstpointer  data)
+{
+  const dbus_uint64_t departed[] = { 3, 4 };
+  int a, b;
+
+  g_assert_false (_dbus_mcast_calls_awaits (f->daemon, departed, 2));
+  a = _dbus_mcast_calls_add (f->member, 5, 100);
+  g_assert_false (_dbus_mcast_calls_awaits (f->daemon, departed, 2));
+  b = _dbus_mcast_calls_add (f->member, 4, 101);
+  g_assert_true (_dbus_mcast_calls_awaits (f->daemon, departed, 2));
+  g_assert_false (_dbus_mcast_calls_awaits (f->daemon, departed, 1));
+  _dbus_mcast_calls_remove (f->member, b);
+  g_assert_false (_dbus_mcast_calls_awaits (f->daemon, departed, 2));
+
+  /* A call whose callee is not known yet may be to anyone */
+  b = _dbus_mcast_calls_add (f->member, DBUS_MCAST_CALLS_UNKNOWN_CALLEE, 102);
+  g_assert_true (_dbus_mcast_calls_awaits (f->daemon, departed, 2));
+  _dbus_mcast_calls_set_callee (f->member, b, 5);
+  g_assert_false (_dbus_mcast_calls_awaits (f->daemon, departed, 2));
+  _dbus_mcast_calls_remove (f->member, a);
 }
 
 /* A full table refuses, until a call is taken off */
@@ -153,21 +184,23 @@ test_member_lies (Fixture       *f,
 static void
 test_attach_refuses (void)
 {
-  DBusMcastCalls *calls;
+  DBusMcastCalls *calls = _dbus_mcast_calls_new ();
   int fds[2];
   int small;
 
+  g_assert_nonnull (calls);
   small = memfd_create ("small", MFD_CLOEXEC);
   g_assert_cmpint (small, >=, 0);
   g_assert_cmpint (ftruncate (small, sizeof (DBusMcastCallTable) - 1), ==, 0);
-  g_assert_null (_dbus_mcast_calls_attach (small));
+  g_assert_false (_dbus_mcast_calls_attach (calls, small));
   close (small);
 
   g_assert_cmpint (pipe (fds), ==, 0);
-  calls = _dbus_mcast_calls_attach (fds[0]);
-  g_assert_null (calls);
+  g_assert_false (_dbus_mcast_calls_attach (calls, fds[0]));
   close (fds[0]);
   close (fds[1]);
+  g_assert_false (_dbus_mcast_calls_is_attached (calls));
+  _dbus_mcast_calls_free (calls);
 }
 
 int
@@ -177,6 +210,8 @@ main (int    argc,
   g_test_init (&argc, &argv, NULL);
 
   g_test_add ("/mcast-calls/calls", Fixture, NULL, setup, test_calls, teardown);
+  g_test_add ("/mcast-calls/awaits", Fixture, NULL, setup, test_awaits,
+              teardown);
   g_test_add ("/mcast-calls/full", Fixture, NULL, setup, test_full, teardown);
   g_test_add ("/mcast-calls/replies", Fixture, NULL, setup, test_replies,
               teardown);
