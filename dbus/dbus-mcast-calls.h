@@ -12,7 +12,10 @@
  * sent to members.  When the first monitor comes, the daemon reads every
  * table once: a listed call whose callee is a member that lists no reply
  * to it is unanswered, and its callee's departure shows the monitors its
- * error as if the daemon had seen the call.
+ * error as if the daemon had seen the call.  When members leave, the
+ * daemon tells only the members whose tables list a call to one of them,
+ * or one whose callee is not known yet, that they left (the Departed
+ * signal, dbus-mcast-member.h).
  *
  * The daemon creates each table (_dbus_mcast_calls_create(): a memfd it
  * can neither grow nor shrink, mapped read-only) and hands the member
