@@ -2800,6 +2800,27 @@ test_no_reply_monitored (gconstpointer data)
   no_reply_case (data, TRUE);
 }
 
+/* What monitor sees before a signal caller sends now, after a round trip
+ * (so the daemon has done all it was doing): oldest first */
+static GList *
+monitor_until_after (Peer *monitor,
+                     Peer *caller)
+{
+  GList *seen = NULL;
+  DBusMessage *m;
+
+  peer_sync (caller);
+  m = new_signal (TEST_PATH, TEST_IFACE, "After", "", 0);
+  peer_send (caller, m);
+  dbus_message_unref (m);
+  while ((m = peer_pop (monitor, TIMEOUT_US / 1000)) != NULL &&
+         !dbus_message_is_signal (m, TEST_IFACE, "After"))
+    seen = g_list_prepend (seen, m);
+  g_assert_nonnull (m);
+  dbus_message_unref (m);
+  return g_list_reverse (seen);
+}
+
 /* A monitor that connects after calls between members were made sees
  * stock's NoReply error for each its callee leaves unanswered, newest
  * first, and none for a call the callee answered, whether the caller
@@ -2819,6 +2840,7 @@ test_no_reply_monitor_later (gconstpointer data)
   guint64 dispatched = 0;
   dbus_uint32_t serials[3];
   DBusMessage *m, *call;
+  GList *seen, *l;
   guint i;
 
   g_assert_cmpuint (request_or_release (callee, "RequestName", name), ==,
@@ -2863,18 +2885,10 @@ test_no_reply_monitor_later (gconstpointer data)
     }
   /* Nothing for the answered call: the monitor saw all the departure
    * brought once it sees a message the daemon sends after it */
-  peer_sync (caller);
-  m = new_signal (TEST_PATH, TEST_IFACE, "After", "", 0);
-  peer_send (caller, m);
-  dbus_message_unref (m);
-  while ((m = peer_pop (monitor, TIMEOUT_US / 1000)) != NULL &&
-         !dbus_message_is_signal (m, TEST_IFACE, "After"))
-    {
-      g_assert_false (is_no_reply (m, NULL));
-      dbus_message_unref (m);
-    }
-  g_assert_nonnull (m);
-  dbus_message_unref (m);
+  seen = monitor_until_after (monitor, caller);
+  for (l = seen; l != NULL; l = l->next)
+    g_assert_false (is_no_reply (l->data, NULL));
+  g_list_free_full (seen, (GDestroyNotify) dbus_message_unref);
 
   /* The caller gets the answer it had not read and its own errors */
   if (unread)
@@ -4249,6 +4263,7 @@ test_lying_calls_table (gconstpointer data)
   dbus_uint32_t serial;
   gconstpointer real[2];
   guint i, to_liar = 0;
+  GList *seen, *l;
   DBusMessage *m;
   Raw *r;
   int fd;
@@ -4291,22 +4306,14 @@ test_lying_calls_table (gconstpointer data)
   dbus_message_unref (m);
 
   /* Everything else the departure showed: errors to the liar */
-  peer_sync (caller);
-  m = new_signal (TEST_PATH, TEST_IFACE, "After", "", 0);
-  peer_send (caller, m);
-  dbus_message_unref (m);
-  while ((m = peer_pop (monitor, TIMEOUT_US / 1000)) != NULL &&
-         !dbus_message_is_signal (m, TEST_IFACE, "After"))
-    {
-      if (is_no_reply (m, NULL))
-        {
-          g_assert_cmpstr (dbus_message_get_destination (m), ==, r->name);
-          to_liar++;
-        }
-      dbus_message_unref (m);
-    }
-  g_assert_nonnull (m);
-  dbus_message_unref (m);
+  seen = monitor_until_after (monitor, caller);
+  for (l = seen; l != NULL; l = l->next)
+    if (is_no_reply (l->data, NULL))
+      {
+        g_assert_cmpstr (dbus_message_get_destination (l->data), ==, r->name);
+        to_liar++;
+      }
+  g_list_free_full (seen, (GDestroyNotify) dbus_message_unref);
   g_assert_cmpuint (to_liar, <=, DBUS_MCAST_CALLS_SLOTS);
   g_test_message ("the liar's table showed the monitor %u errors to itself", to_liar);
 
