@@ -1524,9 +1524,21 @@ bus_mcast_members_become_monitor (BusMcastMembers *members,
        * which reads everything members send from its own member of the
        * group from now on.  A classic connection with rules is on the
        * classic list already. */
-      if (members->n_classic_monitors == 0 &&
-          !bus_mcast_observer_set_open (observer, TRUE, error))
-        return FALSE;
+      if (members->n_classic_monitors == 0)
+        {
+          if (!bus_mcast_observer_set_open (observer, TRUE, error))
+            return FALSE;
+          /* The calls made before, the members' tables list; the
+           * commit is the barrier between what the daemon's member
+           * read and what they list (no member, no table) */
+          if (group_connection (members) != NULL &&
+              !commit_group (members, error))
+            {
+              bus_mcast_observer_set_open (observer, FALSE, NULL);
+              return FALSE;
+            }
+          bus_mcast_observer_take_listed_calls (observer);
+        }
 
       if (_dbus_list_find_last (&members->classic, mc) == NULL &&
           !_dbus_list_append (&members->classic, mc))

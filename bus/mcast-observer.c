@@ -79,6 +79,10 @@ typedef struct
   DBusConnection *connection;  /**< not referenced: forgotten when it leaves */
   dbus_uint64_t id;            /**< its kernel sender id */
   const DBusMcastCallTable *table;
+  /* What the kernel said the member had sent when the first monitor
+   * came (bus_mcast_observer_take_listed_calls()) */
+  dbus_uint64_t sent;          /**< its sends (UNIX_GROUP_SENDS) */
+  dbus_uint64_t sent_to;       /**< the last one's addressee, or 0 */
 } Table;
 
 struct BusMcastObserver
@@ -930,12 +934,18 @@ newest_first (const void *a,
 }
 
 /* The first monitor came, and the daemon's member reads every call from
- * now on: each call between members its caller lists and its callee
- * lists no reply to is one it would have seen unanswered, made before
- * the calls it will see.  A call listed but not sent yet is remembered
- * twice until its daemon's member reads it (call_made()). */
-static void
-take_listed_calls (BusMcastObserver *observer)
+ * now on (its filter is open, and a commit since made sure that a send
+ * that ran the closed filter has queued its copies and one that
+ * overlapped runs the open one): each call between members its caller
+ * lists and sent, and to
+ * which its callee sent no reply it lists, is one it would have seen
+ * unanswered, made before the calls it will see.  Which listed calls
+ * and replies were sent, and which member got a call to a well-known
+ * name, the kernel's count of each member's sends says: a callee killed
+ * between listing its reply and sending it did not answer, and a caller
+ * stopped before writing its callee's id is still read right. */
+void
+bus_mcast_observer_take_listed_calls (BusMcastObserver *observer)
 {
   BusRegistry *registry = bus_context_get_registry (observer->context);
   DBusMcastCallEntry *calls;
@@ -943,6 +953,24 @@ take_listed_calls (BusMcastObserver *observer)
 
   while ((calls = dbus_new (DBusMcastCallEntry, DBUS_MCAST_CALLS_SLOTS)) == NULL)
     _dbus_wait_for_memory ();
+
+  /* What every member sent, before any table is read: an entry listed
+   * later is sent later, and the daemon's member reads it then.  A
+   * member the kernel cannot tell about counts as having sent all it
+   * listed, and its calls to well-known names stay unknown. */
+  _dbus_hash_iter_init (observer->tables, &iter);
+  while (_dbus_hash_iter_next (&iter))
+    {
+      Table *table = _dbus_hash_iter_get_value (&iter);
+      DBusSocket fd;
+
+      if (!dbus_connection_get_socket (table->connection, &fd.fd) ||
+          !_dbus_seqpacket_get_sends (fd, &table->sent, &table->sent_to))
+        {
+          table->sent = _DBUS_UINT64_MAX;
+          table->sent_to = 0;
+        }
+    }
 
   _dbus_hash_iter_init (observer->tables, &iter);
   while (_dbus_hash_iter_next (&iter))
@@ -952,8 +980,26 @@ take_listed_calls (BusMcastObserver *observer)
       unsigned int slot, n_calls = 0, i;
 
       for (slot = 0; slot < n; slot++)
-        if (_dbus_mcast_calls_get_call (caller->table, slot, &calls[n_calls]))
+        {
+          DBusMcastCallEntry *call = &calls[n_calls];
+
+          if (!_dbus_mcast_calls_get_call (caller->table, slot, call))
+            continue;
+          /* A call to a well-known name whose caller did not write yet
+           * which member the kernel gave it to: if it was the caller's
+           * last send, the kernel says; if it is not sent yet, the
+           * daemon's member will read it */
+          if (call->peer == DBUS_MCAST_CALLS_UNKNOWN_CALLEE)
+            {
+              if (call->sends != caller->sent || caller->sent_to == 0)
+                continue;
+              call->peer = caller->sent_to;
+            }
+          /* Listed but not sent: the daemon's member will read it */
+          else if (call->sends > caller->sent)
+            continue;
           n_calls++;
+        }
       qsort (calls, n_calls, sizeof (calls[0]), newest_first);
 
       /* Each goes in front: the oldest ends up first */
@@ -969,8 +1015,8 @@ take_listed_calls (BusMcastObserver *observer)
                    _dbus_hash_table_lookup_uintptr (observer->tables,
                                                     (uintptr_t) connection);
           if (callee == NULL ||
-              _dbus_mcast_calls_has_replied (callee->table, caller->id,
-                                             calls[i].serial))
+              _dbus_mcast_calls_has_replied (callee->table, callee->sent,
+                                             caller->id, calls[i].serial))
             continue;
 
           while (!call_made (observer,
@@ -1072,11 +1118,6 @@ bus_mcast_observer_set_open (BusMcastObserver *observer,
           return FALSE;
         }
     }
-
-  /* The daemon's member reads every call from now on; the calls made
-   * before, the members' tables list */
-  if (open && !observer->open)
-    take_listed_calls (observer);
 
   /* Calls seen from now on are the monitors' business only */
   if (!open)

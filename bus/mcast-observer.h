@@ -68,6 +68,9 @@ dbus_bool_t       bus_mcast_observer_claim    (BusMcastObserver *observer,
 dbus_bool_t       bus_mcast_observer_set_open (BusMcastObserver *observer,
                                                dbus_bool_t       open,
                                                DBusError        *error);
+/* Once the observer is open and the group committed since: takes the
+ * calls between members made before, from the members' tables */
+void              bus_mcast_observer_take_listed_calls (BusMcastObserver *observer);
 void              bus_mcast_observer_drain    (BusMcastObserver *observer);
 /* Whether a drain is showing monitors what it read (in whose
  * transactions nothing changes but what monitors see) */

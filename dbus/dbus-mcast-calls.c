@@ -32,6 +32,7 @@ struct DBusMcastCalls
                                     shared copy the daemon reads */
   unsigned int n_free;         /**< slots below n_slots free again */
   unsigned int next_reply;     /**< the ring's next entry */
+  dbus_uint64_t sends;         /**< our sends the kernel counted so far */
   dbus_uint16_t free_slots[DBUS_MCAST_CALLS_SLOTS];
 };
 
@@ -85,7 +86,22 @@ _dbus_mcast_calls_attach (DBusMcastCalls *calls,
     return FALSE;
 
   calls->table = mapped;
+  /* The daemon admitted us while we waited for the Hello reply, which
+   * comes after the table: the kernel counted nothing yet */
+  calls->sends = 0;
   return TRUE;
+}
+
+/**
+ * Counts one packet the kernel took from the member (a successful
+ * sendmsg()), as the kernel counts them (UNIX_GROUP_SENDS).
+ *
+ * @param calls the member's side
+ */
+void
+_dbus_mcast_calls_sent (DBusMcastCalls *calls)
+{
+  calls->sends += 1;
 }
 
 /**
@@ -101,8 +117,8 @@ _dbus_mcast_calls_is_attached (DBusMcastCalls *calls)
 }
 
 /**
- * Lists a call about to be sent: before it is sent, so that the daemon
- * finds it as soon as the callee may have it.
+ * Lists a call about to be sent to the group (in one packet): before it
+ * is sent, so that the daemon finds it as soon as the callee may have it.
  *
  * @param calls the member's side
  * @param callee the callee's kernel sender id, or
@@ -128,6 +144,7 @@ _dbus_mcast_calls_add (DBusMcastCalls *calls,
     return -1;
 
   STORE (calls->table->calls[slot].serial, serial);
+  STORE (calls->table->calls[slot].sends, calls->sends + 1);
   STORE (calls->table->calls[slot].peer, callee);
   if (slot + 1 > LOAD (calls->table->n_slots))
     STORE (calls->table->n_slots, slot + 1);
@@ -173,11 +190,13 @@ _dbus_mcast_calls_remove (DBusMcastCalls *calls,
  * @param calls the member's side
  * @param caller the caller's kernel sender id
  * @param serial the serial of the call it answers
+ * @param packets how many packets it is sent in
  */
 void
 _dbus_mcast_calls_replied (DBusMcastCalls *calls,
                            dbus_uint64_t   caller,
-                           dbus_uint32_t   serial)
+                           dbus_uint32_t   serial,
+                           unsigned int    packets)
 {
   DBusMcastCallEntry *reply;
 
@@ -186,6 +205,7 @@ _dbus_mcast_calls_replied (DBusMcastCalls *calls,
   reply = &calls->table->replies[calls->next_reply];
   STORE (reply->peer, 0);
   STORE (reply->serial, serial);
+  STORE (reply->sends, calls->sends + packets);
   STORE (reply->peer, caller);
   calls->next_reply = (calls->next_reply + 1) % DBUS_MCAST_CALLS_REPLIES;
 }
@@ -267,8 +287,9 @@ _dbus_mcast_calls_get_n_slots (const DBusMcastCallTable *table)
  *
  * @param table the daemon's mapping
  * @param slot below _dbus_mcast_calls_get_n_slots()
- * @param call the call listed there
- * @returns #FALSE if the slot is empty or its callee not known yet
+ * @param call the call listed there; its callee may be
+ *   #DBUS_MCAST_CALLS_UNKNOWN_CALLEE
+ * @returns #FALSE if the slot is empty
  */
 dbus_bool_t
 _dbus_mcast_calls_get_call (const DBusMcastCallTable *table,
@@ -281,8 +302,8 @@ _dbus_mcast_calls_get_call (const DBusMcastCallTable *table,
   entry = &table->calls[slot];
   call->peer = LOAD (entry->peer);
   call->serial = LOAD (entry->serial);
-  return call->peer != 0 && call->peer != DBUS_MCAST_CALLS_UNKNOWN_CALLEE &&
-         LOAD (entry->peer) == call->peer;
+  call->sends = LOAD (entry->sends);
+  return call->peer != 0 && LOAD (entry->peer) == call->peer;
 }
 
 /**
@@ -318,15 +339,20 @@ _dbus_mcast_calls_awaits (const DBusMcastCallTable *table,
 }
 
 /**
- * Whether the member lists a reply to a call among its last replies.
+ * Whether the member lists, among its last replies, a reply to a call
+ * that it has sent: one the kernel had counted when it had counted
+ * @sent of the member's sends.
  *
  * @param table the daemon's mapping of the callee's table
+ * @param sent the callee's sends the kernel counted (UNIX_GROUP_SENDS),
+ *   read before the table
  * @param caller the caller's kernel sender id
  * @param serial the call's serial
  * @returns #TRUE if it does
  */
 dbus_bool_t
 _dbus_mcast_calls_has_replied (const DBusMcastCallTable *table,
+                               dbus_uint64_t             sent,
                                dbus_uint64_t             caller,
                                dbus_uint32_t             serial)
 {
@@ -336,7 +362,8 @@ _dbus_mcast_calls_has_replied (const DBusMcastCallTable *table,
     {
       const DBusMcastCallEntry *reply = &table->replies[i];
 
-      if (LOAD (reply->peer) == caller && LOAD (reply->serial) == serial)
+      if (LOAD (reply->peer) == caller && LOAD (reply->serial) == serial &&
+          LOAD (reply->sends) <= sent && LOAD (reply->peer) == caller)
         return TRUE;
     }
 

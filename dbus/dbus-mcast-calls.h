@@ -55,10 +55,16 @@ DBUS_BEGIN_DECLS
 #define DBUS_MCAST_CALLS_UNKNOWN_CALLEE _DBUS_UINT64_MAX
 
 /** A call (in a slot: to the callee @peer) or a reply (in the ring: to
- * the caller @peer) to the call numbered @serial by its caller */
+ * the caller @peer) to the call numbered @serial by its caller, listed
+ * before it is sent.  It is sent once the kernel counts @sends of the
+ * member's messages (UNIX_GROUP_SENDS, counted from the member's
+ * admission, while it sends nothing between its Hello and the reply):
+ * the daemon tells a reply given from one the member was killed before
+ * giving, and a call to a well-known name sent from one not sent yet. */
 typedef struct
 {
   dbus_uint64_t peer;   /**< kernel sender id; 0 for an empty slot */
+  dbus_uint64_t sends;  /**< the member's sends once this one is sent */
   dbus_uint32_t serial;
   dbus_uint32_t padding;
 } DBusMcastCallEntry;
@@ -86,6 +92,8 @@ dbus_bool_t     _dbus_mcast_calls_attach      (DBusMcastCalls *calls,
 DBUS_PRIVATE_EXPORT
 dbus_bool_t     _dbus_mcast_calls_is_attached (DBusMcastCalls *calls);
 DBUS_PRIVATE_EXPORT
+void            _dbus_mcast_calls_sent        (DBusMcastCalls *calls);
+DBUS_PRIVATE_EXPORT
 int             _dbus_mcast_calls_add         (DBusMcastCalls *calls,
                                                dbus_uint64_t   callee,
                                                dbus_uint32_t   serial);
@@ -99,7 +107,8 @@ void            _dbus_mcast_calls_remove      (DBusMcastCalls *calls,
 DBUS_PRIVATE_EXPORT
 void            _dbus_mcast_calls_replied     (DBusMcastCalls *calls,
                                                dbus_uint64_t   caller,
-                                               dbus_uint32_t   serial);
+                                               dbus_uint32_t   serial,
+                                               unsigned int    packets);
 
 /* The daemon's side */
 DBUS_PRIVATE_EXPORT
@@ -114,6 +123,7 @@ dbus_bool_t     _dbus_mcast_calls_get_call    (const DBusMcastCallTable  *table,
                                                DBusMcastCallEntry        *call);
 DBUS_PRIVATE_EXPORT
 dbus_bool_t     _dbus_mcast_calls_has_replied (const DBusMcastCallTable  *table,
+                                               dbus_uint64_t              sent,
                                                dbus_uint64_t              caller,
                                                dbus_uint32_t              serial);
 DBUS_PRIVATE_EXPORT

@@ -449,6 +449,23 @@ list_call (DBusMcastMember *member,
   return call->slot >= 0;
 }
 
+/* How many bytes @message is written in */
+static int
+length_of (DBusMessage *message)
+{
+  return _dbus_string_get_length (&message->header.data) +
+         _dbus_string_get_length (&message->body);
+}
+
+/* How many packets @message is written in when it goes to the daemon
+ * alone (_dbus_seqpacket_write_message()) */
+static unsigned int
+packets_of (DBusMessage *message)
+{
+  return (length_of (message) + DBUS_SEQPACKET_FRAGMENT_SIZE - 1) /
+         DBUS_SEQPACKET_FRAGMENT_SIZE;
+}
+
 /* Records, before it is sent, that @message answers a member's call */
 static void
 list_reply (DBusMcastMember *member,
@@ -466,7 +483,9 @@ list_reply (DBusMcastMember *member,
   caller = _dbus_mcast_sender_id_of_name (destination);
   if (caller != 0)
     _dbus_mcast_calls_replied (member->calls, caller,
-                               dbus_message_get_reply_serial (message));
+                               dbus_message_get_reply_serial (message),
+                               member->prepared_direct ?
+                               packets_of (message) : 1);
 }
 
 /**
@@ -601,6 +620,19 @@ dbus_bool_t
 _dbus_mcast_member_is_direct (DBusMcastMember *member)
 {
   return member->prepared_direct;
+}
+
+/**
+ * Called for every packet the kernel took, as it counts them
+ * (UNIX_GROUP_SENDS): the table's entries say by which count each call
+ * or reply is sent.
+ *
+ * @param member the state
+ */
+void
+_dbus_mcast_member_wrote (DBusMcastMember *member)
+{
+  _dbus_mcast_calls_sent (member->calls);
 }
 
 /**
@@ -1327,12 +1359,9 @@ _dbus_mcast_group_can_carry (DBusMessage *message)
 {
   const int *fds;
   unsigned int n_fds;
-  int length;
 
   _dbus_message_get_unix_fds (message, &fds, &n_fds);
-  length = _dbus_string_get_length (&message->header.data) +
-           _dbus_string_get_length (&message->body);
-  return n_fds == 0 && length <= DBUS_SEQPACKET_FRAGMENT_SIZE &&
+  return n_fds == 0 && length_of (message) <= DBUS_SEQPACKET_FRAGMENT_SIZE &&
          _dbus_header_get_byte_order (&message->header) == DBUS_COMPILER_BYTE_ORDER;
 }
 

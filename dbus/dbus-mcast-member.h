@@ -29,7 +29,9 @@
  *    Owners signal says who owns the well-known names of its rules'
  *    sender= keys, the ReplyLimit signal how many calls may await
  *    replies and the Calls signal where to list the calls to members
- *    it awaits (all consumed; dbus-mcast-calls.h);
+ *    it awaits, each with the count of packets the kernel will have
+ *    taken from us once it is sent (_dbus_mcast_member_wrote()) (all
+ *    consumed; dbus-mcast-calls.h);
  *  - for each packet from another member (any other sender id, untrusted;
  *    one that arrives before the Hello reply, which the daemon sends after
  *    admitting us, is looked at after it):
@@ -117,6 +119,7 @@ dbus_bool_t _dbus_mcast_member_waits_for_hello (DBusMcastMember *member);
 dbus_bool_t _dbus_mcast_member_prepare    (DBusMcastMember *member,
                                            DBusMessage     *message);
 dbus_bool_t _dbus_mcast_member_is_direct  (DBusMcastMember *member);
+void        _dbus_mcast_member_wrote      (DBusMcastMember *member);
 void        _dbus_mcast_member_sent       (DBusMcastMember *member,
                                            DBusSocket       fd);
 

@@ -1247,6 +1247,8 @@ _dbus_seqpacket_write_message (DBusSeqpacketFraming *framing,
       return -1;
     }
 
+  if (bytes >= 0 && framing->member != NULL)
+    _dbus_mcast_member_wrote (framing->member);
   if (bytes >= 0 && framing->member != NULL &&
       bytes_already_written + bytes == header_len + body_len)
     _dbus_mcast_member_sent (framing->member, fd);

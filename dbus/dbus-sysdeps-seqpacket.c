@@ -321,6 +321,34 @@ _dbus_seqpacket_get_sent_to (DBusSocket     fd,
 }
 
 /**
+ * How many messages a member sent, as the kernel counts them, and whom
+ * the last one was addressed to (UNIX_GROUP_SENDS).
+ *
+ * @param fd a member's socket, or the daemon's end of its connection
+ * @param count where to store the count
+ * @param sent_to where to store the last send's addressee, 0 if none
+ * @returns #FALSE if the kernel cannot tell
+ */
+dbus_bool_t
+_dbus_seqpacket_get_sends (DBusSocket     fd,
+                           dbus_uint64_t *count,
+                           dbus_uint64_t *sent_to)
+{
+#ifdef DBUS_HAVE_MCAST_UAPI
+  struct unix_sends sends;
+  socklen_t len = sizeof (sends);
+
+  if (getsockopt (fd.fd, SOL_UNIX, UNIX_GROUP_SENDS, &sends, &len) == 0)
+    {
+      *count = sends.count;
+      *sent_to = sends.sent_to;
+      return TRUE;
+    }
+#endif
+  return FALSE;
+}
+
+/**
  * Asks the kernel to stamp every message this socket receives with the
  * sender id the group's acceptor gave the sender (SCM_UNIX_SENDER_ID, 0
  * for the acceptor itself).

@@ -44,6 +44,10 @@ typedef enum
 
 DBusSeqpacketSent _dbus_seqpacket_get_sent_to (DBusSocket     fd,
                                                dbus_uint64_t *id);
+DBUS_PRIVATE_EXPORT
+dbus_bool_t       _dbus_seqpacket_get_sends   (DBusSocket     fd,
+                                               dbus_uint64_t *count,
+                                               dbus_uint64_t *sent_to);
 
 DBUS_END_DECLS
 

@@ -4248,6 +4248,19 @@ is_no_reply_to (DBusMessage *m, gconstpointer data)
       dbus_message_get_reply_serial (m) == GPOINTER_TO_UINT (call[1]);
 }
 
+/* The monitor sees stock's NoReply error to caller's call serial */
+static void
+monitor_sees_no_reply (Peer          *monitor,
+                       const gchar   *caller,
+                       dbus_uint32_t  serial)
+{
+  gconstpointer call[2] = { caller, GUINT_TO_POINTER (serial) };
+  DBusMessage *m = peer_wait (monitor, is_no_reply_to, call);
+
+  assert_no_reply (m, serial);
+  dbus_message_unref (m);
+}
+
 /* A member that lies in its table of calls (dbus/dbus-mcast-calls.h):
  * it cannot resize it, lists a call to another member in every slot,
  * says it used more slots than there are, and lists replies to another
@@ -4261,7 +4274,6 @@ test_lying_calls_table (gconstpointer data)
   Peer *caller, *callee, *monitor;
   dbus_uint64_t callee_id, caller_id;
   dbus_uint32_t serial;
-  gconstpointer real[2];
   guint i, to_liar = 0;
   GList *seen, *l;
   DBusMessage *m;
@@ -4292,18 +4304,14 @@ test_lying_calls_table (gconstpointer data)
 
   table->n_slots = G_MAXUINT32;
   for (i = 0; i < DBUS_MCAST_CALLS_SLOTS; i++)
-    table->calls[i] = (DBusMcastCallEntry) { callee_id, i + 1, 0 };
+    table->calls[i] = (DBusMcastCallEntry) { .peer = callee_id, .serial = i + 1 };
   for (i = 0; i < DBUS_MCAST_CALLS_REPLIES; i++)
-    table->replies[i] = (DBusMcastCallEntry) { caller_id, serial, 0 };
+    table->replies[i] = (DBusMcastCallEntry) { .peer = caller_id, .serial = serial };
 
   become_monitor (monitor);
   peer_free (callee);
 
-  real[0] = caller->name;
-  real[1] = GUINT_TO_POINTER (serial);
-  m = peer_wait (monitor, is_no_reply_to, real);
-  assert_no_reply (m, serial);
-  dbus_message_unref (m);
+  monitor_sees_no_reply (monitor, caller->name, serial);
 
   /* Everything else the departure showed: errors to the liar */
   seen = monitor_until_after (monitor, caller);
@@ -4323,6 +4331,109 @@ test_lying_calls_table (gconstpointer data)
   raw_free (r);
   peer_free (monitor);
   peer_free (caller);
+}
+
+/* A callee killed after it listed its reply (dbus/dbus-mcast-calls.h)
+ * and before it sent it never answered: a monitor that came in between
+ * shows the call's NoReply error when the callee leaves, as stock does.
+ * The callee is a hand-made member that lists the reply as libdbus does,
+ * in its first send since its Hello, and is closed instead. */
+static void
+test_no_reply_monitor_later_unsent (gconstpointer data)
+{
+  Peer *caller, *monitor;
+  DBusMcastCallTable *table;
+  guint64 dispatched;
+  dbus_uint32_t serial;
+  DBusMessage *m;
+  Raw *callee;
+  int fd;
+
+  if (skip_unless_mcast ())
+    return;
+  callee = raw_new_with_calls (bus_address, &fd);
+  table = map_calls (fd);
+  close (fd);
+  caller = peer_new (PEER_MEMBER);
+  monitor = peer_new (PEER_CLASSIC);
+
+  peer_sync (caller);
+  dispatched = get_stat (caller, "MessagesDispatched");
+  m = new_call (callee->name, "Hang", NULL);
+  serial = peer_send (caller, m);
+  dbus_message_unref (m);
+  dbus_message_unref (raw_wait (callee, is_test_call, NULL));
+  assert_nothing_dispatched (caller, dispatched);
+
+  table->replies[0].serial = serial;
+  table->replies[0].sends = 1;
+  __atomic_store_n (&table->replies[0].peer,
+                    _dbus_mcast_sender_id_of_name (caller->name),
+                    __ATOMIC_RELEASE);
+
+  become_monitor (monitor);
+  munmap (table, sizeof (*table));
+  raw_free (callee);
+  monitor_sees_no_reply (monitor, caller->name, serial);
+  m = peer_wait (caller, is_reply_to, GUINT_TO_POINTER (serial));
+  assert_no_reply (m, serial);
+  dbus_message_unref (m);
+
+  peer_free (monitor);
+  peer_free (caller);
+}
+
+/* A caller stopped after it sent a call to a well-known name and before
+ * it wrote which member the kernel gave it to (dbus/dbus-mcast-calls.h;
+ * a process stopped in a debugger): a monitor that comes then shows the
+ * call's NoReply error when that member leaves, as stock does.  The
+ * caller is a hand-made member that lists the call as libdbus does,
+ * callee unknown, to go in its first send since its Hello, and stops
+ * there; the call passes the kernel alone. */
+static void
+test_no_reply_monitor_later_unnamed (gconstpointer data)
+{
+  const gchar *name = "org.dbusmcast.BusTest.Unnamed";
+  Peer *callee, *monitor;
+  DBusMcastCallTable *table;
+  guint64 dispatched;
+  dbus_uint32_t serial;
+  DBusMessage *m;
+  Raw *caller;
+  int fd;
+
+  if (skip_unless_mcast ())
+    return;
+  caller = raw_new_with_calls (bus_address, &fd);
+  table = map_calls (fd);
+  close (fd);
+  callee = peer_new (PEER_MEMBER);
+  monitor = peer_new (PEER_CLASSIC);
+  g_assert_cmpuint (request_or_release (callee, "RequestName", name), ==,
+                    DBUS_REQUEST_NAME_REPLY_PRIMARY_OWNER);
+
+  peer_sync (callee);
+  dispatched = get_stat (callee, "MessagesDispatched");
+  table->calls[0].serial = caller->serial + 1;
+  table->calls[0].sends = 1;
+  table->calls[0].peer = DBUS_MCAST_CALLS_UNKNOWN_CALLEE;
+  __atomic_store_n (&table->n_slots, 1, __ATOMIC_RELEASE);
+  m = new_call (name, "Hang", NULL);
+  serial = raw_send (caller, m, NULL);
+  dbus_message_unref (m);
+  g_assert_cmpuint (serial, ==, table->calls[0].serial);
+  dbus_message_unref (peer_wait (callee, is_test_call, NULL));
+  assert_nothing_dispatched (callee, dispatched);
+
+  become_monitor (monitor);
+  peer_free (callee);
+
+  /* The caller is hand-made: it would make its own error */
+  monitor_sees_no_reply (monitor, caller->name, serial);
+
+  munmap (table, sizeof (*table));
+  raw_free (caller);
+  peer_free (monitor);
 }
 
 /* A hand-made member's Departed signal to a member that awaits a reply
@@ -5519,6 +5630,8 @@ main (int    argc,
   ADD ("/no-reply/departed-to-callers", test_departed_to_callers, NULL);
   ADD ("/no-reply/monitor-later/read", test_no_reply_monitor_later, "read");
   ADD ("/no-reply/monitor-later/unread", test_no_reply_monitor_later, "unread");
+  ADD ("/no-reply/monitor-later/unsent-reply", test_no_reply_monitor_later_unsent, NULL);
+  ADD ("/no-reply/monitor-later/unnamed-callee", test_no_reply_monitor_later_unnamed, NULL);
   ADD ("/no-reply/name-moved/members", test_no_reply_name_moved,
        "member-member-member");
   ADD ("/no-reply/name-moved/classic", test_no_reply_name_moved,

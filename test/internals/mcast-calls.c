@@ -2,7 +2,8 @@
  *
  * A member's table of the calls it awaits, written through the member's
  * side and read through the daemon's, in one process: what the daemon
- * reads, a full table, the reply ring, and what a member cannot do to the
+ * reads, a full table, the reply ring, which entries count as sent, and
+ * what a member cannot do to the
  * daemon's mapping (resize it, claim more slots than there are).
  *
  * Built against libdbus' internal static library (the functions are
@@ -75,11 +76,14 @@ test_calls (Fixture       *f,
   g_assert_cmpint (c, >=, 0);
   g_assert_cmpuint (_dbus_mcast_calls_get_n_slots (f->daemon), ==, 3);
 
+  /* Nothing sent yet: each is sent with the member's first send */
   g_assert_true (_dbus_mcast_calls_get_call (f->daemon, a, &call));
   g_assert_cmpuint (call.peer, ==, 7);
   g_assert_cmpuint (call.serial, ==, 100);
-  /* A call to a well-known name counts once the callee is known */
-  g_assert_false (_dbus_mcast_calls_get_call (f->daemon, b, &call));
+  g_assert_cmpuint (call.sends, ==, 1);
+  /* A call to a well-known name, until the callee is known */
+  g_assert_true (_dbus_mcast_calls_get_call (f->daemon, b, &call));
+  g_assert_cmpuint (call.peer, ==, DBUS_MCAST_CALLS_UNKNOWN_CALLEE);
   _dbus_mcast_calls_set_callee (f->member, b, 9);
   g_assert_true (_dbus_mcast_calls_get_call (f->daemon, b, &call));
   g_assert_cmpuint (call.peer, ==, 9);
@@ -88,10 +92,13 @@ test_calls (Fixture       *f,
   /* Answered: gone; its slot is used again */
   _dbus_mcast_calls_remove (f->member, a);
   g_assert_false (_dbus_mcast_calls_get_call (f->daemon, a, &call));
+  _dbus_mcast_calls_sent (f->member);
+  _dbus_mcast_calls_sent (f->member);
   g_assert_cmpint (_dbus_mcast_calls_add (f->member, 8, 103), ==, a);
   g_assert_true (_dbus_mcast_calls_get_call (f->daemon, a, &call));
   g_assert_cmpuint (call.peer, ==, 8);
   g_assert_cmpuint (call.serial, ==, 103);
+  g_assert_cmpuint (call.sends, ==, 3);
   g_assert_cmpuint (_dbus_mcast_calls_get_n_slots (f->daemon), ==, 3);
 }
 
@@ -136,25 +143,43 @@ test_full (Fixture       *f,
                     DBUS_MCAST_CALLS_SLOTS);
 }
 
+/* A reply counts once the kernel counted the sends it went in */
+static void
+test_replies_sent (Fixture       *f,
+                   gconstpointer  data)
+{
+  _dbus_mcast_calls_sent (f->member);
+  _dbus_mcast_calls_replied (f->member, 5, 10, 1);
+  g_assert_false (_dbus_mcast_calls_has_replied (f->daemon, 1, 5, 10));
+  g_assert_true (_dbus_mcast_calls_has_replied (f->daemon, 2, 5, 10));
+  _dbus_mcast_calls_sent (f->member);
+
+  /* In three packets: sent with the third */
+  _dbus_mcast_calls_replied (f->member, 5, 11, 3);
+  g_assert_false (_dbus_mcast_calls_has_replied (f->daemon, 4, 5, 11));
+  g_assert_true (_dbus_mcast_calls_has_replied (f->daemon, 5, 5, 11));
+}
+
 /* The last replies are kept, older ones give way */
 static void
 test_replies (Fixture       *f,
               gconstpointer  data)
 {
+  const dbus_uint64_t all = G_MAXUINT64;
   unsigned int i;
 
-  g_assert_false (_dbus_mcast_calls_has_replied (f->daemon, 5, 10));
-  _dbus_mcast_calls_replied (f->member, 5, 10);
-  g_assert_true (_dbus_mcast_calls_has_replied (f->daemon, 5, 10));
-  g_assert_false (_dbus_mcast_calls_has_replied (f->daemon, 5, 11));
-  g_assert_false (_dbus_mcast_calls_has_replied (f->daemon, 6, 10));
+  g_assert_false (_dbus_mcast_calls_has_replied (f->daemon, all, 5, 10));
+  _dbus_mcast_calls_replied (f->member, 5, 10, 1);
+  g_assert_true (_dbus_mcast_calls_has_replied (f->daemon, all, 5, 10));
+  g_assert_false (_dbus_mcast_calls_has_replied (f->daemon, all, 5, 11));
+  g_assert_false (_dbus_mcast_calls_has_replied (f->daemon, all, 6, 10));
 
   for (i = 0; i < DBUS_MCAST_CALLS_REPLIES - 1; i++)
-    _dbus_mcast_calls_replied (f->member, 6, 1000 + i);
-  g_assert_true (_dbus_mcast_calls_has_replied (f->daemon, 5, 10));
-  _dbus_mcast_calls_replied (f->member, 6, 2000);
-  g_assert_false (_dbus_mcast_calls_has_replied (f->daemon, 5, 10));
-  g_assert_true (_dbus_mcast_calls_has_replied (f->daemon, 6, 2000));
+    _dbus_mcast_calls_replied (f->member, 6, 1000 + i, 1);
+  g_assert_true (_dbus_mcast_calls_has_replied (f->daemon, all, 5, 10));
+  _dbus_mcast_calls_replied (f->member, 6, 2000, 1);
+  g_assert_false (_dbus_mcast_calls_has_replied (f->daemon, all, 5, 10));
+  g_assert_true (_dbus_mcast_calls_has_replied (f->daemon, all, 6, 2000));
 }
 
 /* What a lying member can do to the daemon's mapping: nothing */
@@ -215,6 +240,8 @@ main (int    argc,
   g_test_add ("/mcast-calls/full", Fixture, NULL, setup, test_full, teardown);
   g_test_add ("/mcast-calls/replies", Fixture, NULL, setup, test_replies,
               teardown);
+  g_test_add ("/mcast-calls/replies-sent", Fixture, NULL, setup,
+              test_replies_sent, teardown);
   g_test_add ("/mcast-calls/member-lies", Fixture, NULL, setup,
               test_member_lies, teardown);
   g_test_add_func ("/mcast-calls/attach-refuses", test_attach_refuses);
