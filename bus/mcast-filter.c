@@ -33,8 +33,12 @@
 #define DROP_VALUE 0u
 #ifdef DBUS_HAVE_MCAST_UAPI
 #define ADDRESSEE_VALUE UNIX_PEER_ADDRESSEE
+/* The daemon's copy of a message with a destination: only if no member's
+ * filter claimed it (the destination is no member's name) */
+#define UNCLAIMED_VALUE UNIX_COPY_UNCLAIMED
 #else
 #define ADDRESSEE_VALUE PASS_VALUE /* no group to claim anything in */
+#define UNCLAIMED_VALUE PASS_VALUE
 #endif
 
 /* Every known header field appears at most once in a valid message, so this
@@ -127,6 +131,7 @@ bus_mcast_filter_add_name (BusMcastFilter *filter,
   char **names;
   char *copy;
 
+  _dbus_assert (filter->kind == BUS_MCAST_FILTER_MEMBER);
   copy = _dbus_strdup (name);
   if (copy == NULL)
     return FALSE;
@@ -708,6 +713,9 @@ typedef struct
    * others keep their rules as at NO_ARGS */
   int loose_senders;
   dbus_bool_t args_loosened;
+  /* DAEMON, when even its loosest program does not fit: every message
+   * with a destination passes, eavesdropped or not */
+  dbus_bool_t every_unicast;
 } BusMcastCompiler;
 
 static int
@@ -1271,18 +1279,17 @@ emit_names (BusMcastCompiler *c,
   dbus_free (keys);
 }
 
-/* The whole program at c->level; without names (DAEMON only) every
- * message with a destination passes. */
+/* The whole program at c->level */
 static void
-emit_program (BusMcastCompiler *c,
-              dbus_bool_t       with_names)
+emit_program (BusMcastCompiler *c)
 {
   BusMcastBpf *bpf = c->bpf;
   dbus_bool_t member = c->filter->kind == BUS_MCAST_FILTER_MEMBER;
-  int pass, addressee, drop, walked, no_destination, eavesdrop;
+  int pass, addressee, unclaimed, drop, walked, no_destination, eavesdrop;
 
   pass = bus_mcast_bpf_label_new (bpf);
   addressee = bus_mcast_bpf_label_new (bpf);
+  unclaimed = bus_mcast_bpf_label_new (bpf);
   drop = bus_mcast_bpf_label_new (bpf);
   walked = bus_mcast_bpf_label_new (bpf);
   no_destination = bus_mcast_bpf_label_new (bpf);
@@ -1301,16 +1308,15 @@ emit_program (BusMcastCompiler *c,
       bus_mcast_bpf_label_place (bpf, eavesdrop);
       emit_rule_section (c, SECTION_EAVESDROP, pass, drop);
     }
-  else if (with_names)
+  else if (c->every_unicast)
     {
-      /* a member's (it got it directly), unless eavesdropped */
-      emit_names (c, eavesdrop, pass);
-      bus_mcast_bpf_label_place (bpf, eavesdrop);
-      emit_rule_section (c, SECTION_EAVESDROP, pass, drop);
+      bus_mcast_bpf_emit_ja (bpf, pass);
     }
   else
     {
-      bus_mcast_bpf_emit_ja (bpf, pass);
+      /* eavesdropped, else unless a member's filter claimed it (it is
+       * addressed to the member's name, and the member got it) */
+      emit_rule_section (c, SECTION_EAVESDROP, pass, unclaimed);
     }
 
   /* no destination: a member gets only signals, the daemon everything
@@ -1326,6 +1332,8 @@ emit_program (BusMcastCompiler *c,
   bus_mcast_bpf_emit_stmt (bpf, BPF_RET | BPF_K, PASS_VALUE);
   bus_mcast_bpf_label_place (bpf, addressee);
   bus_mcast_bpf_emit_stmt (bpf, BPF_RET | BPF_K, ADDRESSEE_VALUE);
+  bus_mcast_bpf_label_place (bpf, unclaimed);
+  bus_mcast_bpf_emit_stmt (bpf, BPF_RET | BPF_K, UNCLAIMED_VALUE);
   bus_mcast_bpf_label_place (bpf, drop);
   bus_mcast_bpf_emit_stmt (bpf, BPF_RET | BPF_K, DROP_VALUE);
 }
@@ -1334,7 +1342,6 @@ emit_program (BusMcastCompiler *c,
 static dbus_bool_t
 compile_at (BusMcastCompiler  *c,
             BusMcastPrecision  level,
-            dbus_bool_t        with_names,
             BusMcastProgram   *program,
             dbus_bool_t       *oom)
 {
@@ -1349,7 +1356,7 @@ compile_at (BusMcastCompiler  *c,
     }
   c->level = level;
   c->args_loosened = FALSE;
-  emit_program (c, with_names);
+  emit_program (c);
   ok = bus_mcast_bpf_finish (c->bpf, &laid_out, oom);
   bus_mcast_bpf_free (c->bpf);
   c->bpf = NULL;
@@ -1384,7 +1391,7 @@ compile_loose_senders (BusMcastCompiler *c,
       high++;
 
   c->loose_senders = high;
-  if (!compile_at (c, BUS_MCAST_PRECISION_SENDERS, TRUE, program, oom))
+  if (!compile_at (c, BUS_MCAST_PRECISION_SENDERS, program, oom))
     return FALSE;
 
   /* high fits; look for fewer */
@@ -1394,7 +1401,7 @@ compile_loose_senders (BusMcastCompiler *c,
       BusMcastProgram tighter = { NULL, 0, BUS_MCAST_PRECISION_SENDERS };
 
       c->loose_senders = low + (high - low) / 2;
-      if (compile_at (c, BUS_MCAST_PRECISION_SENDERS, TRUE, &tighter, oom))
+      if (compile_at (c, BUS_MCAST_PRECISION_SENDERS, &tighter, oom))
         {
           bus_mcast_program_clear (program);
           *program = tighter;
@@ -1466,14 +1473,15 @@ bus_mcast_filter_compile (BusMcastFilter  *filter,
             goto out;
           continue;
         }
-      if (compile_at (&c, level, TRUE, program, &oom))
+      if (compile_at (&c, level, program, &oom))
         goto out;
     }
 
-  /* Too many names: the daemon may get more than it needs, never a
-   * member */
-  if (!oom && filter->kind == BUS_MCAST_FILTER_DAEMON
-      && compile_at (&c, BUS_MCAST_PRECISION_SIGNALS, FALSE, program, &oom))
+  /* Too many eavesdropping rules: the daemon may get more than it needs,
+   * never a member */
+  c.every_unicast = filter->kind == BUS_MCAST_FILTER_DAEMON;
+  if (!oom && c.every_unicast &&
+      compile_at (&c, BUS_MCAST_PRECISION_SIGNALS, program, &oom))
     goto out;
 
   if (oom)

@@ -20,12 +20,14 @@
  *    every member's connection (UNIX_GROUP_COPY_FILTER_STAGE), which
  *    selects the copies of what members send to the group
  *    (UNIX_MREQ_SEND_TO_PEER): a
- *    message with a DESTINATION passes unless the destination is one of
- *    the added names (those owned by members, who got it directly), or if
- *    an added eavesdropping rule matches it; a message without DESTINATION
- *    passes if it is not a signal (the bus driver's) or an added rule may
- *    match it.  Looser is always safe here: dbus-daemon routes what it
- *    receives exactly.
+ *    message with a DESTINATION passes if an added eavesdropping rule
+ *    matches it, else only if no member's filter claimed it
+ *    (UNIX_COPY_UNCLAIMED: the destination is no member's name, as the
+ *    members' filters say, committed with them); a message without
+ *    DESTINATION passes if it is not a signal (the bus driver's) or an
+ *    added rule may match it.  It lists no names, so members coming,
+ *    going and taking names leave it as it is.  Looser is always safe
+ *    here: dbus-daemon routes what it receives exactly.
  *  - bus_mcast_filter_accept_all(): everything passes (monitors).
  *
  * Only messages in the host's byte order pass a member's filter
@@ -36,7 +38,8 @@
  *
  * The program never exceeds BPF_MAXINSNS: when the exact program would,
  * the compiler loosens how broadcasts are matched, step by step (see
- * BusMcastPrecision), but never how destinations are.
+ * BusMcastPrecision), but never how destinations are (the daemon's last
+ * resort is every message with a destination).
  *
  * Copyright (C) 2026 dbus-mcast contributors
  * SPDX-License-Identifier: AFL-2.1 OR GPL-2.0-or-later
@@ -77,6 +80,7 @@ typedef struct BusMcastFilter BusMcastFilter;
 
 BusMcastFilter *bus_mcast_filter_new        (BusMcastFilterKind  kind);
 void            bus_mcast_filter_free       (BusMcastFilter     *filter);
+/* A member's names (BUS_MCAST_FILTER_MEMBER only) */
 dbus_bool_t     bus_mcast_filter_add_name   (BusMcastFilter     *filter,
                                              const char         *name);
 /* @sender_owner: when rule->sender is a well-known name, the unique name

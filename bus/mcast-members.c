@@ -432,26 +432,16 @@ foreach_member_name (BusMcastMembers *members,
   return TRUE;
 }
 
-static dbus_bool_t
-add_name (const char *name,
-          void       *filter)
-{
-  return bus_mcast_filter_add_name (filter, name);
-}
-
 /* The daemon's program: what classic clients' rules ask for (monitors it
- * serves get the group from its own member, mcast-observer.h),
- * but not what is addressed to a member's name, which the kernel delivers
- * to it directly.  Needs collect_names().  FALSE on OOM. */
+ * serves get the group from its own member, mcast-observer.h), and what
+ * no member's filter claimed (a message addressed to a member's name the
+ * kernel delivers to it directly).  FALSE on OOM. */
 static dbus_bool_t
 fill_daemon_filter (BusMcastMembers *members,
                     BusMcastFilter  *filter)
 {
   BusRegistry *registry = bus_context_get_registry (members->context);
   DBusList *link;
-
-  if (!foreach_member_name (members, add_name, filter))
-    return FALSE;
 
   for (link = _dbus_list_get_first_link (&members->classic);
        link != NULL;
@@ -1585,7 +1575,8 @@ bus_mcast_members_name_owner_changed (BusMcastMembers *members,
   if (members == NULL)
     return;
 
-  /* The daemon's program leaves members what they own */
+  /* Classic clients' rules in the daemon's program compile sender= keys
+   * as their owners (it restages only if that changed it) */
   members->daemon_stale = TRUE;
   members->dirty = TRUE;
 

@@ -8,9 +8,9 @@
  * UNIX_PEER_EGRESS_FILTER, UNIX_PEER_FILTER_STAGE,
  * UNIX_GROUP_COPY_FILTER_STAGE, UNIX_GROUP_COMMIT, UNIX_GROUP_COPY_QUEUE,
  * UNIX_GROUP_HOLD, UNIX_GROUP_SENT_TO, UNIX_GROUP_SENDS,
- * UNIX_PEER_ADDRESSEE, struct unix_mreq, struct unix_accept_req, struct
- * unix_sends) and tells the rest of
- * libdbus whether it is there.  The kernel header is the single source of
+ * UNIX_PEER_ADDRESSEE, UNIX_COPY_UNCLAIMED, struct unix_mreq, struct
+ * unix_accept_req, struct unix_sends) and tells the rest of libdbus
+ * whether it is there.  The kernel header is the single source of
  * truth for the numbers; libdbus keeps no copy of them.  tools/build/dbus
  * puts the patched kernel's exported headers (build/kernel-headers) on the
  * include path; built against a <linux/un.h> without the multicast UAPI
@@ -39,7 +39,7 @@
     defined (UNIX_GROUP_COMMIT) && defined (UNIX_GROUP_COPY_FILTER_STAGE) && \
     defined (UNIX_GROUP_COPY_QUEUE) && defined (UNIX_GROUP_HOLD) && \
     defined (UNIX_GROUP_SENT_TO) && defined (UNIX_GROUP_SENDS) && \
-    defined (UNIX_PEER_ADDRESSEE) && \
+    defined (UNIX_PEER_ADDRESSEE) && defined (UNIX_COPY_UNCLAIMED) && \
     defined (UNIX_ACCEPT_REQ_SIZE_VER0)
 #define DBUS_HAVE_MCAST_UAPI 1
 #endif
