@@ -3640,6 +3640,19 @@ map_calls (int fd)
   return table;
 }
 
+/* raw_new_with_calls(), its table of calls mapped writable into *table */
+static Raw *
+raw_new_with_table (const gchar         *address,
+                    DBusMcastCallTable **table)
+{
+  int fd;
+  Raw *r = raw_new_with_calls (address, &fd);
+
+  *table = map_calls (fd);
+  close (fd);
+  return r;
+}
+
 static void
 raw_free (Raw *r)
 {
@@ -4193,16 +4206,11 @@ test_departed_to_callers (gconstpointer data)
   dbus_uint32_t serial;
   Raw *r[3];
   guint i;
-  int fd;
 
   if (skip_unless_mcast ())
     return;
   for (i = 0; i < 3; i++)
-    {
-      r[i] = raw_new_with_calls (bus_address, &fd);
-      table[i] = map_calls (fd);
-      close (fd);
-    }
+    r[i] = raw_new_with_table (bus_address, &table[i]);
   callee = peer_new (PEER_MEMBER);
   /* r[0] awaits nothing, r[1] a reply from callee, r[2] one from a member
    * the kernel has not named yet */
@@ -4347,13 +4355,10 @@ test_no_reply_monitor_later_unsent (gconstpointer data)
   dbus_uint32_t serial;
   DBusMessage *m;
   Raw *callee;
-  int fd;
 
   if (skip_unless_mcast ())
     return;
-  callee = raw_new_with_calls (bus_address, &fd);
-  table = map_calls (fd);
-  close (fd);
+  callee = raw_new_with_table (bus_address, &table);
   caller = peer_new (PEER_MEMBER);
   monitor = peer_new (PEER_CLASSIC);
 
@@ -4400,13 +4405,10 @@ test_no_reply_monitor_later_unnamed (gconstpointer data)
   dbus_uint32_t serial;
   DBusMessage *m;
   Raw *caller;
-  int fd;
 
   if (skip_unless_mcast ())
     return;
-  caller = raw_new_with_calls (bus_address, &fd);
-  table = map_calls (fd);
-  close (fd);
+  caller = raw_new_with_table (bus_address, &table);
   callee = peer_new (PEER_MEMBER);
   monitor = peer_new (PEER_CLASSIC);
   g_assert_cmpuint (request_or_release (callee, "RequestName", name), ==,
@@ -5446,7 +5448,6 @@ test_no_reply_together (gconstpointer data)
   DBusMcastCallTable *table;
   DBusMessage *m;
   Raw *r;
-  int fd;
 
   if (!kernel_has_mcast ())
     {
@@ -5458,9 +5459,7 @@ test_no_reply_together (gconstpointer data)
 
   /* The hand-made member lists a call to each of them, as a caller's
    * libdbus does: the daemon tells it who left */
-  r = raw_new_with_calls (bus_address, &fd);
-  table = map_calls (fd);
-  close (fd);
+  r = raw_new_with_table (bus_address, &table);
   for (i = 0; i < LEAVING_TOGETHER; i++)
     {
       leaving[i] = peer_new (PEER_MEMBER);
