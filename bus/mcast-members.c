@@ -43,10 +43,9 @@ typedef struct
    * from the group through (a filter cannot resolve the names in a
    * monitor's destination= keys the way the daemon does) */
   dbus_bool_t selective;
-  DBusList *names;             /**< during a flush: the names it owns */
-  DBusList *compiled_names;    /**< member: copies of the names its peer
-                                    filter holds */
-  dbus_bool_t names_known;     /**< compiled_names is complete */
+  /** member: the well-known names it owned at the last flush, the keys
+   * of BusMcastMembers.owners */
+  DBusList *names;
   dbus_bool_t stale;           /**< member: its peer filter must be compiled again */
   dbus_bool_t recompiled;      /**< member: during a flush, its peer filter was
                                     compiled again: tell it the owners */
@@ -90,6 +89,21 @@ struct BusMcastMembers
                                     (settle_observer()) */
   DBusHashTable *owned;        /**< the well-known names members owned at
                                     the last commit (name -> name) */
+  /** The well-known names members owned at the last flush: name ->
+   * BusMcastConnection * (whose names list the key) */
+  DBusHashTable *owners;
+  /** Well-known names whose owner changed since the last flush, to look
+   * up at the next (name -> name) */
+  DBusHashTable *touched;
+  /** Well-known names that went into or out of members' hands since the
+   * last commit, for note_moves() (name -> name) */
+  DBusHashTable *unnoted;
+  /** touched missed a change (no memory): the next flush finds every
+   * member's names again (rescan_names()) */
+  dbus_bool_t rescan;
+  /** unnoted is incomplete: the next commit compares every name
+   * (note_moves()) */
+  dbus_bool_t renote;
   DBusHashTable *moves;        /**< name -> Move */
   /** name -> the unique name of the last owner it had that is not a
    * member ("" for nobody), for the well-known names that changed owner
@@ -139,7 +153,6 @@ mcast_connection_free (void *data)
 
   _dbus_list_clear_full (&mc->rules, (DBusFreeFunction) _dbus_match_rule_unref);
   _dbus_list_clear (&mc->names);
-  _dbus_list_clear_full (&mc->compiled_names, dbus_free);
   bus_mcast_program_clear (&mc->peer_filter);
   if (mc->told != NULL)
     _dbus_hash_table_unref (mc->told);
@@ -224,8 +237,12 @@ bus_mcast_members_new (BusContext *context)
   members->owned = _dbus_hash_table_new (DBUS_HASH_STRING, dbus_free, NULL);
   members->moves = _dbus_hash_table_new (DBUS_HASH_STRING, dbus_free, move_free);
   members->last_others = _dbus_hash_table_new (DBUS_HASH_STRING, dbus_free, dbus_free);
+  members->owners = _dbus_hash_table_new (DBUS_HASH_STRING, dbus_free, NULL);
+  members->touched = _dbus_hash_table_new (DBUS_HASH_STRING, dbus_free, NULL);
+  members->unnoted = _dbus_hash_table_new (DBUS_HASH_STRING, dbus_free, NULL);
   if (members->owned == NULL || members->moves == NULL ||
-      members->last_others == NULL)
+      members->last_others == NULL || members->owners == NULL ||
+      members->touched == NULL || members->unnoted == NULL)
     {
       bus_mcast_members_free (members);
       return NULL;
@@ -250,6 +267,12 @@ bus_mcast_members_free (BusMcastMembers *members)
     _dbus_hash_table_unref (members->moves);
   if (members->last_others != NULL)
     _dbus_hash_table_unref (members->last_others);
+  if (members->owners != NULL)
+    _dbus_hash_table_unref (members->owners);
+  if (members->touched != NULL)
+    _dbus_hash_table_unref (members->touched);
+  if (members->unnoted != NULL)
+    _dbus_hash_table_unref (members->unnoted);
   dbus_free (members);
   dbus_connection_free_data_slot (&connection_slot);
 }
@@ -368,51 +391,157 @@ add_rules (BusMcastFilter     *filter,
   return TRUE;
 }
 
-/* The names every member owns now, in mc->names */
-static dbus_bool_t
-collect_names (BusMcastMembers *members,
-               char          ***names)
+/* Empties @table (libdbus does not export _dbus_hash_table_remove_all()) */
+static void
+remove_all (DBusHashTable *table)
 {
-  BusRegistry *registry = bus_context_get_registry (members->context);
-  DBusList *link;
-  int i;
+  DBusHashIter iter;
 
-  for (link = _dbus_list_get_first_link (&members->members);
-       link != NULL;
-       link = _dbus_list_get_next_link (&members->members, link))
-    _dbus_list_clear (&((BusMcastConnection *) link->data)->names);
+  _dbus_hash_iter_init (table, &iter);
+  while (_dbus_hash_iter_next (&iter))
+    _dbus_hash_iter_remove_entry (&iter);
+}
 
-  if (!bus_registry_list_services (registry, names, NULL))
-    return FALSE;
+/* Adds @name to the set @set (name -> name).  FALSE if no memory. */
+static dbus_bool_t
+set_add (DBusHashTable *set,
+         const char    *name)
+{
+  char *key;
 
-  for (i = 0; (*names)[i] != NULL; i++)
+  if (_dbus_hash_table_lookup_string (set, name) != NULL)
+    return TRUE;
+
+  key = _dbus_strdup (name);
+  if (key == NULL || !_dbus_hash_table_insert_string (set, key, key))
     {
-      DBusConnection *connection = bus_mcast_owner_of (registry, (*names)[i]);
-      BusMcastConnection *owner;
-
-      if (connection == NULL)
-        continue;
-
-      owner = mcast_connection_get (connection);
-      if (owner == NULL || !owner->member)
-        continue;
-
-      if (!_dbus_list_append (&owner->names, (*names)[i]))
-        return FALSE;
+      dbus_free (key);
+      return FALSE;
     }
 
   return TRUE;
 }
 
-/* Calls @function with @data for every name a member owns (mc->names:
- * needs collect_names()), until it returns FALSE; returns FALSE then */
-static dbus_bool_t
-foreach_member_name (BusMcastMembers *members,
-                     dbus_bool_t    (*function) (const char *name,
-                                                 void       *data),
-                     void            *data)
+/* The owner of the well-known name @name changed, or may have: the next
+ * flush looks it up.  Without memory it looks up every name. */
+static void
+touch_name (BusMcastMembers *members,
+            const char      *name)
 {
-  DBusList *link, *name;
+  if (!set_add (members->touched, name))
+    members->rescan = TRUE;
+  members->dirty = TRUE;
+}
+
+/* The member that owns the well-known name @name now, or NULL */
+static BusMcastConnection *
+member_owning (BusMcastMembers *members,
+               const char      *name)
+{
+  DBusConnection *connection;
+  BusMcastConnection *owner;
+
+  connection = bus_mcast_owner_of (bus_context_get_registry (members->context),
+                                   name);
+  if (connection == NULL)
+    return NULL;
+
+  owner = mcast_connection_get (connection);
+  return owner != NULL && owner->member ? owner : NULL;
+}
+
+/* Moves @name, in members->owners, to the member that owns it now, and
+ * marks the programs of both for compiling.  FALSE if no memory; nothing
+ * changed then. */
+static dbus_bool_t
+follow_name (BusMcastMembers *members,
+             const char      *name)
+{
+  BusMcastConnection *old = _dbus_hash_table_lookup_string (members->owners, name);
+  BusMcastConnection *now = member_owning (members, name);
+  DBusList *link = NULL;
+  DBusHashIter iter;
+  char *key = NULL;
+
+  if (old == now)
+    return TRUE;
+
+  if (!set_add (members->unnoted, name))
+    return FALSE;
+
+  if (now != NULL)
+    {
+      link = _dbus_list_alloc_link (NULL);
+      if (link == NULL)
+        return FALSE;
+    }
+
+  if (old == NULL)
+    {
+      key = _dbus_strdup (name);
+      if (key == NULL ||
+          !_dbus_hash_table_insert_string (members->owners, key, now))
+        {
+          dbus_free (key);
+          _dbus_list_free_link (link);
+          return FALSE;
+        }
+    }
+  else
+    {
+      if (!_dbus_hash_iter_lookup (members->owners, (char *) name, FALSE, &iter))
+        _dbus_assert_not_reached ("an owned name is in members->owners");
+      key = (char *) _dbus_hash_iter_get_string_key (&iter);
+      _dbus_list_remove (&old->names, key);
+      old->stale = TRUE;
+      if (now == NULL)
+        _dbus_hash_iter_remove_entry (&iter);
+      else
+        _dbus_hash_iter_set_value (&iter, now);
+    }
+
+  if (now != NULL)
+    {
+      link->data = key;
+      _dbus_list_append_link (&now->names, link);
+      now->stale = TRUE;
+    }
+
+  return TRUE;
+}
+
+/* Takes @mc's names out of members->owners (it is no longer a member):
+ * they left members' hands, and the next flush looks up who owns them
+ * now */
+static void
+drop_names (BusMcastMembers    *members,
+            BusMcastConnection *mc)
+{
+  char *name;
+
+  while ((name = _dbus_list_pop_first (&mc->names)) != NULL)
+    {
+      if (!set_add (members->unnoted, name))
+        members->renote = TRUE;
+      touch_name (members, name);
+      _dbus_hash_table_remove_string (members->owners, name);
+    }
+}
+
+/* Finds every member's well-known names again, when a change went
+ * unrecorded; every member's program is compiled again.  FALSE if no
+ * memory. */
+static dbus_bool_t
+rescan_names (BusMcastMembers *members)
+{
+  DBusList *link;
+  char **names;
+  dbus_bool_t ok = TRUE;
+  int i;
+
+  if (!bus_registry_list_services (bus_context_get_registry (members->context),
+                                   &names, NULL))
+    return FALSE;
 
   for (link = _dbus_list_get_first_link (&members->members);
        link != NULL;
@@ -420,13 +549,40 @@ foreach_member_name (BusMcastMembers *members,
     {
       BusMcastConnection *mc = link->data;
 
-      for (name = _dbus_list_get_first_link (&mc->names);
-           name != NULL;
-           name = _dbus_list_get_next_link (&mc->names, name))
-        {
-          if (!function (name->data, data))
-            return FALSE;
-        }
+      _dbus_list_clear (&mc->names);
+      mc->stale = TRUE;
+    }
+  remove_all (members->owners);
+  remove_all (members->touched);
+
+  for (i = 0; names[i] != NULL && ok; i++)
+    ok = names[i][0] == ':' || follow_name (members, names[i]);
+  dbus_free_string_array (names);
+  if (!ok)
+    return FALSE;
+
+  members->rescan = FALSE;
+  members->renote = TRUE;
+  return TRUE;
+}
+
+/* Brings every member's names (mc->names) up to date with the names
+ * that changed owner since the last flush.  FALSE if no memory; the
+ * names not done yet are done at the next flush. */
+static dbus_bool_t
+update_names (BusMcastMembers *members)
+{
+  DBusHashIter iter;
+
+  if (members->rescan)
+    return rescan_names (members);
+
+  _dbus_hash_iter_init (members->touched, &iter);
+  while (_dbus_hash_iter_next (&iter))
+    {
+      if (!follow_name (members, _dbus_hash_iter_get_string_key (&iter)))
+        return FALSE;
+      _dbus_hash_iter_remove_entry (&iter);
     }
 
   return TRUE;
@@ -560,71 +716,6 @@ stage_program (DBusConnection        *connection,
     }
 
   return TRUE;
-}
-
-/* Whether @list, of names, has @name */
-static dbus_bool_t
-names_have (DBusList   *list,
-            const char *name)
-{
-  DBusList *link;
-
-  for (link = _dbus_list_get_first_link (&list);
-       link != NULL;
-       link = _dbus_list_get_next_link (&list, link))
-    {
-      if (strcmp (link->data, name) == 0)
-        return TRUE;
-    }
-
-  return FALSE;
-}
-
-/* Whether the names @mc owns now (mc->names) are those its peer filter
- * holds, in any order */
-static dbus_bool_t
-names_unchanged (BusMcastConnection *mc)
-{
-  DBusList *link;
-
-  if (!mc->names_known ||
-      _dbus_list_get_length (&mc->names) != _dbus_list_get_length (&mc->compiled_names))
-    return FALSE;
-
-  for (link = _dbus_list_get_first_link (&mc->names);
-       link != NULL;
-       link = _dbus_list_get_next_link (&mc->names, link))
-    {
-      if (!names_have (mc->compiled_names, link->data))
-        return FALSE;
-    }
-
-  return TRUE;
-}
-
-/* @mc's peer filter now holds mc->names.  Without memory to remember
- * them, the next flush compiles it again. */
-static void
-remember_names (BusMcastConnection *mc)
-{
-  DBusList *link;
-
-  _dbus_list_clear_full (&mc->compiled_names, dbus_free);
-  mc->names_known = TRUE;
-  for (link = _dbus_list_get_first_link (&mc->names);
-       link != NULL;
-       link = _dbus_list_get_next_link (&mc->names, link))
-    {
-      char *copy = _dbus_strdup (link->data);
-
-      if (copy == NULL || !_dbus_list_append (&mc->compiled_names, copy))
-        {
-          dbus_free (copy);
-          _dbus_list_clear_full (&mc->compiled_names, dbus_free);
-          mc->names_known = FALSE;
-          return;
-        }
-    }
 }
 
 /* The owners now of the well-known names that @mc's rules' sender= keys
@@ -802,7 +893,7 @@ update_member (BusMcastMembers    *members,
   BusMcastProgram peer = { NULL, 0, BUS_MCAST_PRECISION_EXACT };
   dbus_bool_t ok;
 
-  if (!mc->stale && names_unchanged (mc))
+  if (!mc->stale)
     return TRUE;
 
   members->compilations += 1;
@@ -812,7 +903,6 @@ update_member (BusMcastMembers    *members,
   bus_mcast_program_clear (&peer);
   if (!ok)
     return FALSE;
-  remember_names (mc);
   mc->stale = FALSE;
   mc->recompiled = TRUE;
   return TRUE;
@@ -869,66 +959,94 @@ note_move (BusMcastMembers *members,
   move->other_before = _dbus_strdup (other_before);
 }
 
-/* Adds @name, if well-known, to the set @owned */
+/* Notes whether the well-known name @name went into or out of members'
+ * hands with the commit just made (members->owners holds what they own
+ * now, members->owned what they owned before).  FALSE if no memory;
+ * nothing changed then. */
 static dbus_bool_t
-add_well_known (const char *name,
-                void       *owned)
+note_name (BusMcastMembers *members,
+           const char      *name)
 {
-  char *key;
+  dbus_bool_t now = _dbus_hash_table_lookup_string (members->owners, name) != NULL;
+  dbus_bool_t before = _dbus_hash_table_lookup_string (members->owned, name) != NULL;
 
-  if (name[0] == ':')
-    return TRUE;
-
-  key = _dbus_strdup (name);
-  if (key == NULL || !_dbus_hash_table_insert_string (owned, key, key))
+  if (now && !before)
     {
-      dbus_free (key);
-      return FALSE;
+      if (!set_add (members->owned, name))
+        return FALSE;
+      note_move (members, name, FALSE,
+                 _dbus_hash_table_lookup_string (members->last_others, name));
+    }
+  else if (before && !now)
+    {
+      note_move (members, name, TRUE, NULL);
+      _dbus_hash_table_remove_string (members->owned, name);
     }
 
   return TRUE;
 }
 
-/* Notes which well-known names went into or out of members' hands with
- * the commit just made (mc->names hold what each member owns now), and
- * forgets moves older than MOVES_KEPT_COMMITS commits. */
-static void
-note_moves (BusMcastMembers *members)
+/* Notes every well-known name members own now or owned before: unnoted
+ * missed some.  FALSE if no memory. */
+static dbus_bool_t
+note_every_name (BusMcastMembers *members)
 {
-  DBusHashTable *owned;
   DBusHashIter iter;
 
-  owned = _dbus_hash_table_new (DBUS_HASH_STRING, dbus_free, NULL);
-  if (owned == NULL)
-    return;
-
-  if (!foreach_member_name (members, add_well_known, owned))
-    {
-      _dbus_hash_table_unref (owned);
-      return;
-    }
-
-  _dbus_hash_iter_init (owned, &iter);
+  _dbus_hash_iter_init (members->owners, &iter);
   while (_dbus_hash_iter_next (&iter))
     {
-      const char *name = _dbus_hash_iter_get_string_key (&iter);
-
-      if (_dbus_hash_table_lookup_string (members->owned, name) == NULL)
-        note_move (members, name, FALSE,
-                   _dbus_hash_table_lookup_string (members->last_others, name));
+      if (!note_name (members, _dbus_hash_iter_get_string_key (&iter)))
+        return FALSE;
     }
 
   _dbus_hash_iter_init (members->owned, &iter);
   while (_dbus_hash_iter_next (&iter))
-    if (_dbus_hash_table_lookup_string (owned,
-                                        _dbus_hash_iter_get_string_key (&iter)) == NULL)
-      note_move (members, _dbus_hash_iter_get_string_key (&iter), TRUE, NULL);
+    {
+      const char *name = _dbus_hash_iter_get_string_key (&iter);
 
-  _dbus_hash_table_unref (members->owned);
-  members->owned = owned;
-  _dbus_hash_iter_init (members->last_others, &iter);
-  while (_dbus_hash_iter_next (&iter))
-    _dbus_hash_iter_remove_entry (&iter);
+      if (_dbus_hash_table_lookup_string (members->owners, name) == NULL)
+        {
+          note_move (members, name, TRUE, NULL);
+          _dbus_hash_iter_remove_entry (&iter);
+        }
+    }
+
+  remove_all (members->unnoted);
+  members->renote = FALSE;
+  return TRUE;
+}
+
+/* Notes which well-known names went into or out of members' hands with
+ * the commit just made (those in members->unnoted), and forgets moves
+ * older than MOVES_KEPT_COMMITS commits.  Without memory a move is not
+ * noted: a group copy read late is then taken for one sent after it. */
+static void
+note_moves (BusMcastMembers *members)
+{
+  DBusHashIter iter;
+
+  if (members->renote)
+    {
+      note_every_name (members);
+    }
+  else
+    {
+      _dbus_hash_iter_init (members->unnoted, &iter);
+      while (_dbus_hash_iter_next (&iter))
+        {
+          if (!note_name (members, _dbus_hash_iter_get_string_key (&iter)))
+            {
+              members->renote = TRUE;
+              break;
+            }
+          _dbus_hash_iter_remove_entry (&iter);
+        }
+    }
+
+  /* Kept for the moves not noted yet */
+  if (!members->renote)
+    remove_all (members->last_others);
 
   if (members->commits % MOVES_KEPT_COMMITS != 0)
     return;
@@ -1087,26 +1205,22 @@ late_copies_follow (BusMcastMembers *members,
 static void
 divert_new_owners (BusMcastMembers *members)
 {
-  DBusList *link, *name;
+  DBusHashTable *changed = members->renote ? members->owners : members->unnoted;
+  DBusHashIter iter;
   int fd, on = 1;
 
-  for (link = _dbus_list_get_first_link (&members->members);
-       link != NULL;
-       link = _dbus_list_get_next_link (&members->members, link))
+  _dbus_hash_iter_init (changed, &iter);
+  while (_dbus_hash_iter_next (&iter))
     {
-      BusMcastConnection *mc = link->data;
+      const char *name = _dbus_hash_iter_get_string_key (&iter);
+      BusMcastConnection *mc = _dbus_hash_table_lookup_string (members->owners, name);
 
-      for (name = _dbus_list_get_first_link (&mc->names);
-           name != NULL && !late_copies_follow (members, name->data);
-           name = _dbus_list_get_next_link (&mc->names, name))
-        ;
-
-      if (name != NULL &&
+      if (mc != NULL && late_copies_follow (members, name) &&
           (!dbus_connection_get_socket (mc->connection, &fd) ||
            setsockopt (fd, SOL_UNIX, UNIX_PEER_DIVERT, &on, sizeof (on)) != 0))
         _dbus_verbose ("dbus-mcast: cannot divert %s before it takes %s: %s\n",
-                       bus_connection_get_name (mc->connection),
-                       (const char *) name->data, _dbus_strerror (errno));
+                       bus_connection_get_name (mc->connection), name,
+                       _dbus_strerror (errno));
     }
 }
 
@@ -1264,7 +1378,6 @@ bus_mcast_members_flush (BusMcastMembers *members)
 {
   DBusList *link, *next;
   DBusError error = DBUS_ERROR_INIT;
-  char **names = NULL;
 
   /* The programs live on members' sockets: without members there is
    * nothing to install, and the marks wait for the first one.  What a
@@ -1273,10 +1386,17 @@ bus_mcast_members_flush (BusMcastMembers *members)
   if (members == NULL ||
       bus_mcast_observer_is_draining (bus_context_get_mcast_observer (members->context)))
     return;
+  if (members->members == NULL)
+    {
+      /* Nobody owns a name the group could deliver */
+      _dbus_assert (_dbus_hash_table_get_n_entries (members->owners) == 0);
+      remove_all (members->touched);
+      members->rescan = FALSE;
+    }
   if (!members->dirty || members->members == NULL)
     goto settled;
 
-  if (!collect_names (members, &names))
+  if (!update_names (members))
     {
       BUS_SET_OOM (&error);
       goto failed;
@@ -1297,8 +1417,9 @@ bus_mcast_members_flush (BusMcastMembers *members)
     }
 
   commit_staged (members);
-  members->dirty = members->daemon_stale;
-  goto out;
+  members->dirty = members->daemon_stale || members->rescan ||
+                   _dbus_hash_table_get_n_entries (members->touched) > 0;
+  goto settled;
 
  failed:
   /* Left dirty: the next transaction tries again. */
@@ -1306,12 +1427,6 @@ bus_mcast_members_flush (BusMcastMembers *members)
                    "Could not update the multicast filters: %s",
                    error.message);
   dbus_error_free (&error);
- out:
-  for (link = _dbus_list_get_first_link (&members->members);
-       link != NULL;
-       link = _dbus_list_get_next_link (&members->members, link))
-    _dbus_list_clear (&((BusMcastConnection *) link->data)->names);
-  dbus_free_string_array (names);
  settled:
   if (members->settling)
     bus_mcast_members_release (members);
@@ -1388,6 +1503,7 @@ bus_mcast_members_disconnected (BusMcastMembers *members,
   _dbus_list_clear_full (&mc->rules, (DBusFreeFunction) _dbus_match_rule_unref);
   bus_mcast_observer_forget_calls (
       bus_context_get_mcast_observer (members->context), connection);
+  drop_names (members, mc);
   mc->member = FALSE;
   mc->monitor = FALSE;
   /* Its rules, names or monitoring leave the daemon's program */
@@ -1581,12 +1697,13 @@ bus_mcast_members_name_owner_changed (BusMcastMembers *members,
   members->dirty = TRUE;
 
   /* A unique name is compiled as itself.  A well-known one is in the
-   * programs of its old and new owners, which the flush finds by their
-   * names (names_unchanged()), and of the members whose rules' sender=
-   * keys name it, compiled as its owner's unique name. */
+   * programs of its old and new owners, which the flush looks up
+   * (update_names()), and of the members whose rules' sender= keys name
+   * it, compiled as its owner's unique name. */
   if (name[0] == ':')
     return;
 
+  touch_name (members, name);
   settle_observer (members);
 
   /* A message sent before the name went into a member's hands was for

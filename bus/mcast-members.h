@@ -15,7 +15,10 @@
  * AddMatch or RequestName, or a NameOwnerChanged, finds the kernel filters
  * already updated.  A name change recompiles only the members it
  * affects: the name's old and new owners and the members whose rules
- * name it as sender.  Every program a flush changes is staged and
+ * name it as sender; a flush looks up only the names whose owner
+ * changed since the last one, so that what it does for a client that
+ * joins or adds a rule does not grow with the clients on the bus (it
+ * only walks their flags).  Every program a flush changes is staged and
  * installed with one UNIX_GROUP_COMMIT, so a message sees all of them or
  * none; for group copies the daemon reads after a name moved, it keeps
  * which names went into or out of members' hands at which commit, and
