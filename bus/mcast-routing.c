@@ -80,6 +80,9 @@ struct BusMcastRouting
   DBusList *departures;        /**< Departure *, in the order members left */
   DBusList *copies;            /**< Copy *, in the group's order */
   dbus_bool_t routing_copies;  /**< dispatching them: do not start again */
+  /** bus_dispatch_group_copy() is dispatching a copy: the message came
+   * from the group, not straight from its sender's connection */
+  dbus_bool_t dispatching_copy;
   /** The largest reply limit members were told: at most how many calls
    * a member awaits, and so how many NoReply errors it may make in a
    * Departed signal's place */
@@ -568,7 +571,11 @@ bus_mcast_routing_route_copies (BusMcastRouting *routing)
       if (sender != NULL && copy->message == NULL)
         dbus_connection_close (sender);
       else if (sender != NULL)
-        bus_dispatch_group_copy (sender, copy->message);
+        {
+          routing->dispatching_copy = TRUE;
+          bus_dispatch_group_copy (sender, copy->message);
+          routing->dispatching_copy = FALSE;
+        }
       copy_free (copy);
     }
   routing->routing_copies = FALSE;
@@ -576,21 +583,22 @@ bus_mcast_routing_route_copies (BusMcastRouting *routing)
 
 /* Strips @message, read from a member, of header fields the daemon does
  * not know, and sets *@group to whether it is one the group delivered to
- * members.  The sender's libdbus sends with SCM_UNIX_DIRECT exactly the
- * messages the group cannot carry.  A member that sends anything else
- * that way only has it routed as if it came from the group: to
- * non-members.  A message with header fields the daemon does not know
- * reached no member (their filters drop it): it is routed to all,
- * stripped.  FALSE if no memory. */
+ * members: it came from the copy queue (@copy) and the group can carry
+ * it.  What a member sends with SCM_UNIX_DIRECT reached nobody else: the
+ * daemon routes it to all, members on their connections, and fences it.
+ * A copy with header fields the daemon does not know reached no member
+ * (their filters drop it): it is routed to all, stripped.  FALSE if no
+ * memory. */
 static dbus_bool_t
 strip (DBusMessage *message,
+       dbus_bool_t  copy,
        dbus_bool_t *group)
 {
   const DBusString *header, *body;
   dbus_bool_t carried;
   int length;
 
-  carried = _dbus_mcast_group_can_carry (message);
+  carried = copy && _dbus_mcast_group_can_carry (message);
   _dbus_message_get_network_data (message, &header, &body);
   length = _dbus_string_get_length (header) + _dbus_string_get_length (body);
   if (!_dbus_message_remove_unknown_fields (message))
@@ -620,7 +628,7 @@ bus_mcast_routing_received (BusMcastRouting *routing,
 
   /* Stripping allocates only to remove header fields the daemon does
    * not know, which make a message go straight */
-  stripped = strip (message, &group);
+  stripped = strip (message, routing->dispatching_copy, &group);
   if (!stripped)
     group = FALSE;
 
@@ -665,7 +673,7 @@ bus_mcast_routing_observed (DBusMessage *message)
 
   /* What the daemon would route as if it came straight, it shows its
    * monitors when it routes it */
-  return arrival_slot >= 0 && strip (message, &group) && group &&
+  return arrival_slot >= 0 && strip (message, TRUE, &group) && group &&
          dbus_message_set_data (message, arrival_slot,
                                 (void *) (uintptr_t) ARRIVED_OBSERVED, NULL);
 }

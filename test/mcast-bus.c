@@ -4507,12 +4507,13 @@ test_forged_departed (gconstpointer data)
   peer_free (server);
 }
 
-/* Sends m as the raw client without SENDER, to the group or, with
- * direct, to the daemon alone (SCM_UNIX_DIRECT); returns the serial */
+/* Sends m as the raw client with the SENDER it has (or none), to the
+ * group or, with direct, to the daemon alone (SCM_UNIX_DIRECT); returns
+ * the serial */
 static dbus_uint32_t
-raw_send_unsigned (Raw         *r,
-                   DBusMessage *m,
-                   gboolean     direct)
+raw_send_as_is (Raw         *r,
+                DBusMessage *m,
+                gboolean     direct)
 {
   union
   {
@@ -4526,7 +4527,6 @@ raw_send_unsigned (Raw         *r,
   int len;
 
   dbus_message_set_serial (m, ++r->serial);
-  g_assert_null (dbus_message_get_sender (m));
   g_assert_true (dbus_message_marshal (m, &bytes, &len));
   iov.iov_base = bytes;
   iov.iov_len = len;
@@ -4567,12 +4567,12 @@ test_call_without_sender (gconstpointer data)
   victim = peer_new (PEER_MEMBER);
   r = raw_new (bus_address);
   m = new_call (victim->name, "Echo", "unsigned");
-  raw_send_unsigned (r, m, FALSE);
+  raw_send_as_is (r, m, FALSE);
   raw_roundtrip (r, victim);
 
   dbus_message_unref (m);
   m = new_call (victim->name, "Echo", "unsigned, to the daemon");
-  raw_send_unsigned (r, m, TRUE);
+  raw_send_as_is (r, m, TRUE);
   dbus_message_unref (m);
   m = raw_wait (r, is_reply_to, GUINT_TO_POINTER (r->serial));
   assert_over_reply_limit (m);
@@ -4580,6 +4580,45 @@ test_call_without_sender (gconstpointer data)
   raw_roundtrip (r, victim);
 
   raw_free (r);
+  peer_free (victim);
+}
+
+/* A hand-made member sends the daemon alone (SCM_UNIX_DIRECT) a call the
+ * group could have carried, signed with another member's name: it
+ * reached nobody else, so the daemon routes it to the member callee as
+ * stock routes a call, with the sender's own name, and answers it with
+ * its fence.  Only the daemon's SENDER reaches the callee. */
+static void
+test_direct_spoofed_sender (gconstpointer data)
+{
+  Peer *victim, *other;
+  DBusMessage *m, *call;
+  guint64 straight;
+  Raw *r;
+
+  if (skip_unless_mcast ())
+    return;
+
+  victim = peer_new (PEER_MEMBER);
+  other = peer_new (PEER_MEMBER);
+  r = raw_new (bus_address);
+  straight = get_stat (victim, "MulticastStraightDispatched");
+
+  m = new_call (victim->name, "Echo", "direct, signed as another");
+  g_assert_true (dbus_message_set_sender (m, other->name));
+  raw_send_as_is (r, m, TRUE);
+  dbus_message_unref (m);
+  call = serve_one (victim);
+  g_assert_cmpstr (dbus_message_get_sender (call), ==, r->name);
+  dbus_message_unref (call);
+  m = raw_wait (r, is_reply_to, GUINT_TO_POINTER (r->serial));
+  assert_echo (m, "direct, signed as another");
+  dbus_message_unref (m);
+  g_assert_cmpuint (get_stat (victim, "MulticastStraightDispatched") - straight, ==, 1);
+  raw_roundtrip (r, victim);
+
+  raw_free (r);
+  peer_free (other);
   peer_free (victim);
 }
 
@@ -4856,6 +4895,38 @@ answer_held (Peer   *caller,
       dbus_message_unref (reply);
       dbus_message_unref (call);
     }
+}
+
+/* A member that awaits replies to as many calls as its table lists
+ * (DBUS_MCAST_CALLS_SLOTS, dbus/dbus-mcast-calls.h) sends the next call
+ * to the daemon alone: the daemon routes it to the member callee and
+ * lets the caller go on, and the answer comes back.  The daemon once took
+ * such a call, which the group could have carried, for a group copy: it
+ * reached nobody, and the caller waited for its fence for ever. */
+static void
+test_calls_beyond_table (gconstpointer data)
+{
+  GQueue held = G_QUEUE_INIT, beyond = G_QUEUE_INIT;
+  guint64 straight;
+  Peer *a, *b;
+  guint i;
+
+  if (skip_unless_mcast ())
+    return;
+  a = peer_new (PEER_MEMBER);
+  b = peer_new (PEER_MEMBER);
+
+  for (i = 0; i < DBUS_MCAST_CALLS_SLOTS; i++)
+    call_held (a, b, "listed", &held);
+  straight = get_stat (a, "MulticastStraightDispatched");
+  call_held (a, b, "beyond the table", &beyond);
+  g_assert_cmpuint (get_stat (a, "MulticastStraightDispatched") - straight, ==, 1);
+  echo_roundtrip (a, b, "after it");
+  answer_held (a, b, &beyond);
+
+  g_queue_clear_full (&held, (GDestroyNotify) dbus_message_unref);
+  peer_free (b);
+  peer_free (a);
 }
 
 /* Must match the max_replies_per_connection test/bus/run gives the
@@ -5627,6 +5698,7 @@ main (int    argc,
        "member-member");
   ADD ("/no-reply/disconnect/together", test_no_reply_together, NULL);
   ADD ("/no-reply/departed-to-callers", test_departed_to_callers, NULL);
+  ADD ("/limits/calls-beyond-table", test_calls_beyond_table, NULL);
   ADD ("/no-reply/monitor-later/read", test_no_reply_monitor_later, "read");
   ADD ("/no-reply/monitor-later/unread", test_no_reply_monitor_later, "unread");
   ADD ("/no-reply/monitor-later/unsent-reply", test_no_reply_monitor_later_unsent, NULL);
@@ -5687,6 +5759,7 @@ main (int    argc,
   ADD ("/limits/max-replies-mixed", test_max_replies_mixed, NULL);
   ADD ("/limits/max-replies-reload", test_max_replies_reload, NULL);
   ADD ("/security/raw/call-without-sender", test_call_without_sender, NULL);
+  ADD ("/security/raw/direct-spoofed-sender", test_direct_spoofed_sender, NULL);
   for (i = 0; i < G_N_ELEMENTS (triples_stalled); i++)
     ADDF (test_stalled_subscriber, triples_stalled[i], "/isolation/stalled-subscriber/%s",
           triples_stalled[i]);
