@@ -566,26 +566,38 @@ rescan_names (BusMcastMembers *members)
   return TRUE;
 }
 
+/* Calls @function for each name in the set @set and takes the name out
+ * once it returned TRUE.  FALSE (no memory) at the first that fails; the
+ * names not done stay in @set. */
+static dbus_bool_t
+take_each (BusMcastMembers *members,
+           DBusHashTable   *set,
+           dbus_bool_t    (*function) (BusMcastMembers *members,
+                                       const char      *name))
+{
+  DBusHashIter iter;
+
+  _dbus_hash_iter_init (set, &iter);
+  while (_dbus_hash_iter_next (&iter))
+    {
+      if (!function (members, _dbus_hash_iter_get_string_key (&iter)))
+        return FALSE;
+      _dbus_hash_iter_remove_entry (&iter);
+    }
+
+  return TRUE;
+}
+
 /* Brings every member's names (mc->names) up to date with the names
  * that changed owner since the last flush.  FALSE if no memory; the
  * names not done yet are done at the next flush. */
 static dbus_bool_t
 update_names (BusMcastMembers *members)
 {
-  DBusHashIter iter;
-
   if (members->rescan)
     return rescan_names (members);
 
-  _dbus_hash_iter_init (members->touched, &iter);
-  while (_dbus_hash_iter_next (&iter))
-    {
-      if (!follow_name (members, _dbus_hash_iter_get_string_key (&iter)))
-        return FALSE;
-      _dbus_hash_iter_remove_entry (&iter);
-    }
-
-  return TRUE;
+  return take_each (members, members->touched, follow_name);
 }
 
 /* The daemon's program: what classic clients' rules ask for (monitors it
@@ -1027,22 +1039,9 @@ note_moves (BusMcastMembers *members)
   DBusHashIter iter;
 
   if (members->renote)
-    {
-      note_every_name (members);
-    }
-  else
-    {
-      _dbus_hash_iter_init (members->unnoted, &iter);
-      while (_dbus_hash_iter_next (&iter))
-        {
-          if (!note_name (members, _dbus_hash_iter_get_string_key (&iter)))
-            {
-              members->renote = TRUE;
-              break;
-            }
-          _dbus_hash_iter_remove_entry (&iter);
-        }
-    }
+    note_every_name (members);
+  else if (!take_each (members, members->unnoted, note_name))
+    members->renote = TRUE;
 
   /* Kept for the moves not noted yet */
   if (!members->renote)
